@@ -1,0 +1,1 @@
+"""Horizon agent runtime: loop, tools, backends, CLI."""

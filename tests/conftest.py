@@ -1,0 +1,71 @@
+"""Fixtures shared by every area's tests.
+
+Docker: tests that need an engine take the `docker_client` fixture. When HORIZON_REQUIRE_DOCKER=1
+(the README's test command and CI set it) a missing engine is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+SANDBOX_LABEL_KEY = "dev.horizon.sandbox"  # must equal sandbox.constants.LABEL_KEY
+RUN_LABEL_KEY = "dev.horizon.run"  # sandbox.constants.RUN_LABEL_KEY: set from $HORIZON_RUN_ID
+
+# Every container this test session creates is labelled with this run id, so the leak check
+# below only sees our own containers, even when several test sessions share one engine.
+os.environ["HORIZON_RUN_ID"] = f"pytest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _docker_or_reason():
+    try:
+        import docker
+
+        client = docker.from_env(timeout=30)
+        client.ping()
+        return client, None
+    except Exception as exc:  # the reason is shown in the skip/fail message
+        return None, f"no Docker engine answers: {exc}"
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    client, reason = _docker_or_reason()
+    if client is None:
+        if os.environ.get("HORIZON_REQUIRE_DOCKER") == "1":
+            pytest.fail(reason + " (HORIZON_REQUIRE_DOCKER=1: run scripts/setup.sh)")
+        pytest.skip(reason)
+    yield client
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    """A tiny random GLM-5.x checkpoint (real on-disk format, with MTP layer and tokenizer)."""
+    from inference.random_checkpoint import write_random_checkpoint
+
+    out = tmp_path_factory.mktemp("ckpt-tiny")
+    write_random_checkpoint(out, preset="tiny", seed=0)
+    return out
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No sandbox container may outlive the test session."""
+    client, _ = _docker_or_reason()
+    if client is None:
+        return
+    run_filter = f"{RUN_LABEL_KEY}={os.environ['HORIZON_RUN_ID']}"
+    leaked = client.containers.list(all=True, filters={"label": run_filter})
+    if leaked:
+        names = ", ".join(c.name for c in leaked)
+        session.config.pluginmanager.get_plugin("terminalreporter").write_line(
+            f"LEAKED SANDBOX CONTAINERS after the test session: {names}", red=True
+        )
+        for c in leaked:
+            try:
+                c.remove(force=True)
+            except Exception:
+                pass
+        session.exitstatus = 1
