@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agent.batch.jobs import load_jobs
+
+
+def write_lines(path: Path, lines: list) -> Path:
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
+    return path
+
+
+def test_bad_lines_are_reported_with_line_and_field_and_the_rest_load(tmp_path, small_repo):
+    (tmp_path / "issue.md").write_text("add() subtracts")
+    jobs_file = write_lines(
+        tmp_path / "jobs.jsonl",
+        [
+            {"id": "ok-1", "repo": "calc", "task": "fix add"},
+            "{not json",
+            {"id": "no-task", "repo": "calc"},
+            {"id": "bad steps", "repo": "calc", "task": "x", "limits": {"max_steps": 0}},
+            "",
+            "# a comment line",
+            {"id": "ok-2", "repo": str(small_repo), "issue_file": "issue.md", "setup": "true"},
+            {"id": "ok-1", "repo": "calc", "task": "again"},
+            {"id": "missing-repo", "repo": "nowhere", "task": "x"},
+            {"id": "typo", "repo": "calc", "task": "x", "tset": "pytest"},
+        ],
+    )
+    loaded = load_jobs(jobs_file)
+    assert [j.id for j in loaded.jobs] == ["ok-1", "ok-2"]
+    assert loaded.jobs[0].repo == str(small_repo.resolve())
+    assert loaded.jobs[1].setup == ["true"]
+    assert loaded.jobs[1].task_text(loaded.base_dir) == "add() subtracts"
+    errors = {(e.line, e.field) for e in loaded.errors}
+    assert errors == {
+        (2, "(line)"),
+        (3, "(job)"),
+        (4, "id"),
+        (4, "limits.max_steps"),
+        (8, "id"),
+        (9, "repo"),
+        (10, "tset"),
+    }
+    by_line = {e.line: e for e in loaded.errors}
+    assert "exactly one of 'task' or 'issue_file'" in by_line[3].message
+    assert "duplicate id 'ok-1' (first on line 1)" in by_line[8].message
+    assert "not a git repository" in by_line[9].message
+    assert str(by_line[2]).startswith("line 2: field '(line)': not valid JSON")
+
+
+def test_git_urls_are_not_checked_on_the_host(tmp_path):
+    jobs_file = write_lines(tmp_path / "j.jsonl", [{"id": "remote", "repo": "https://example.org/x.git", "task": "t"}])
+    loaded = load_jobs(jobs_file)
+    assert loaded.errors == [] and not loaded.jobs[0].is_local
