@@ -1,0 +1,1 @@
+"""Building blocks of the GLM-5.x decoder (one concept per file)."""

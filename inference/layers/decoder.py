@@ -1,0 +1,40 @@
+"""One pre-norm decoder block: h + Attn(norm(h)), then + FFN(norm(.)), FFN dense or MoE."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from inference.config import ModelConfig
+from inference.forward_batch import AttentionMetadata
+from inference.layers.mla import MLAttention
+from inference.layers.mlp import SwiGLU
+from inference.layers.moe import MoE
+from inference.layers.norm import RMSNorm
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int):
+        super().__init__()
+        self.layer = layer
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = MLAttention(config, has_indexer=config.is_full_indexer(layer))
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MoE(config) if config.is_moe(layer) else SwiGLU(config.hidden_size, config.intermediate_size)
+
+    def forward(
+        self,
+        h: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        meta: AttentionMetadata,
+        latent_cache: torch.Tensor,
+        indexer_cache: torch.Tensor | None,
+        shared_selection: torch.Tensor | None,
+        mode: str = "auto",
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        attn, selection = self.self_attn(
+            self.input_layernorm(h), cos, sin, meta, latent_cache, indexer_cache, shared_selection, mode
+        )
+        h = h + attn
+        return h + self.mlp(self.post_attention_layernorm(h)), selection

@@ -1,0 +1,67 @@
+"""DSA lightning indexer: picks, per query token, the `index_topk` cached tokens it may attend to.
+
+logit[t, s] = sum_h w[t, h] * ReLU(q[t, h] . k[s] / sqrt(d)), with w = weights_proj(x) / sqrt(heads),
+computed in fp32 over the keys visible to t (causal); the top-k of each row is the selection.
+The layout of q and k is [rope | nope] (opposite to MLA's [nope | rope]); RoPE is interleaved.
+No Hadamard rotation or FP8 here: the cache is kept in the model dtype (transformers' choice), for
+which the rotation is an exact no-op.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from inference.config import ModelConfig
+from inference.forward_batch import AttentionMetadata
+from inference.layers.rope import apply_rope
+
+
+class Indexer(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.n_heads = config.index_n_heads
+        self.head_dim = config.index_head_dim
+        self.rope_dim = config.qk_rope_head_dim
+        self.topk = config.index_topk
+        self.wq_b = nn.Linear(config.q_lora_rank, self.n_heads * self.head_dim, bias=False)
+        self.wk = nn.Linear(config.hidden_size, self.head_dim, bias=False)
+        self.k_norm = nn.LayerNorm(self.head_dim, eps=1e-6)
+        # transformers keeps weights_proj in fp32 (`_keep_in_fp32_modules`); the loader does too.
+        self.weights_proj = nn.Linear(config.hidden_size, self.n_heads, bias=False)
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        return torch.cat([apply_rope(x[..., : self.rope_dim], cos, sin), x[..., self.rope_dim :]], dim=-1)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        q_latent: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        meta: AttentionMetadata,
+        key_cache: torch.Tensor,
+    ) -> torch.Tensor | None:
+        """Write this step's keys into key_cache [slots, head_dim]; return the selection.
+
+        Returns a bool mask [B, T, S] of selected keys, or None when no row can see more than
+        `index_topk` keys (then the selection is every visible key, i.e. plain causal attention).
+        """
+        k = self._rotate(self.k_norm(self.wk(x)), cos, sin)
+        key_cache[meta.slot_mapping] = k.to(key_cache.dtype)
+        if meta.max_seq_len <= self.topk:
+            return None
+
+        n = x.shape[0]
+        q = self._rotate(self.wq_b(q_latent).view(n, self.n_heads, self.head_dim), cos, sin)
+        q = meta.to_padded(q).float()  # [B, T, H, D]
+        keys = key_cache[meta.key_slots].float()  # [B, S, D]
+        scores = F.relu(torch.matmul(q, keys.transpose(1, 2).unsqueeze(1)) * self.head_dim**-0.5)  # [B,T,H,S]
+        w = self.weights_proj(x.to(self.weights_proj.weight.dtype)).float() * self.n_heads**-0.5
+        w = meta.to_padded(w)  # [B, T, H]
+        logits = torch.matmul(w.unsqueeze(-2), scores).squeeze(-2)  # [B, T, S]
+        logits = logits.masked_fill(~meta.key_valid, float("-inf"))
+        top = logits.topk(self.topk, dim=-1).indices
+        selected = torch.zeros_like(meta.key_valid).scatter_(-1, top, True)
+        return selected & meta.key_valid

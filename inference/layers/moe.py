@@ -1,0 +1,99 @@
+"""Mixture of experts: fp32 sigmoid router with group-limited top-k, routed experts, shared expert.
+
+Routing (noaux_tc): s = sigmoid(x W^T) in fp32; experts are chosen by s + e_score_correction_bias,
+first restricted to the `topk_group` best groups (a group scores the sum of its two best experts),
+but weighted by s itself, renormalised over the chosen k and scaled by routed_scaling_factor.
+
+The experts run as two grouped GEMMs: the (token, expert) assignments are sorted by expert so each
+expert sees one contiguous slice, and `grouped_mm` multiplies every slice by its expert's weights
+in one call. The expert weights are packed [E, 2I, H] (gate rows then up rows) and [E, H, I].
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from inference.config import ModelConfig
+from inference.layers.mlp import SwiGLU
+
+_grouped_mm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+
+
+class TopkRouter(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.top_k = config.num_experts_per_tok
+        self.n_experts = config.n_routed_experts
+        self.n_group = config.n_group
+        self.topk_group = config.topk_group
+        self.norm_topk_prob = config.norm_topk_prob
+        self.scaling = config.routed_scaling_factor
+        self.weight = nn.Parameter(torch.zeros(self.n_experts, config.hidden_size, dtype=torch.float32))
+        self.e_score_correction_bias = nn.Parameter(
+            torch.zeros(self.n_experts, dtype=torch.float32), requires_grad=False
+        )
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [N, H] -> (expert ids [N, k], weights [N, k] fp32)."""
+        scores = F.linear(x.float(), self.weight.float()).sigmoid()
+        choice = scores + self.e_score_correction_bias
+        if self.n_group > 1 and self.topk_group < self.n_group:
+            grouped = choice.view(-1, self.n_group, self.n_experts // self.n_group)
+            group_scores = grouped.topk(2, dim=-1).values.sum(-1)
+            keep = group_scores.topk(self.topk_group, dim=-1).indices
+            group_mask = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, keep, True)
+            choice = grouped.masked_fill(~group_mask.unsqueeze(-1), float("-inf")).view(-1, self.n_experts)
+        ids = choice.topk(self.top_k, dim=-1).indices
+        weights = scores.gather(1, ids)
+        if self.norm_topk_prob:
+            weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+        return ids, weights * self.scaling
+
+
+class RoutedExperts(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        e, h, i = config.n_routed_experts, config.hidden_size, config.moe_intermediate_size
+        self.gate_up_proj = nn.Parameter(torch.empty(e, 2 * i, h))
+        self.down_proj = nn.Parameter(torch.empty(e, h, i))
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        n, k = ids.shape
+        flat = ids.reshape(-1)
+        order = flat.argsort(stable=True)
+        token = order // k
+        counts = torch.bincount(flat, minlength=self.gate_up_proj.shape[0])
+        ends = counts.cumsum(0).to(torch.int32)
+        xs = x.index_select(0, token)
+        gate, up = _grouped(xs, self.gate_up_proj, ends, counts).chunk(2, dim=-1)
+        ys = _grouped(F.silu(gate) * up, self.down_proj, ends, counts)
+        ys = ys * weights.reshape(-1)[order].unsqueeze(-1).to(ys.dtype)
+        return torch.zeros_like(x).index_add_(0, token, ys)
+
+
+def _grouped(x: torch.Tensor, w: torch.Tensor, ends: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Rows of x sorted by expert, times each expert's w[e]^T (w is [E, out, in])."""
+    if _grouped_mm is not None and x.dtype in (torch.float32, torch.bfloat16):
+        return _grouped_mm(x, w.transpose(1, 2), offs=ends)
+    # Older torch without grouped_mm: one matmul per *active* expert (never per token).
+    out = x.new_empty(x.shape[0], w.shape[1])
+    start = 0
+    for e, c in enumerate(counts.tolist()):
+        if c:
+            out[start : start + c] = x[start : start + c] @ w[e].T
+            start += c
+    return out
+
+
+class MoE(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.gate = TopkRouter(config)
+        self.experts = RoutedExperts(config)
+        self.shared_experts = SwiGLU(config.hidden_size, config.moe_intermediate_size * config.n_shared_experts)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ids, weights = self.gate(x)
+        return self.experts(x, ids, weights) + self.shared_experts(x)

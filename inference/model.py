@@ -1,0 +1,123 @@
+"""GLM-5.x causal LM (`GlmMoeDsaForCausalLM`) over a paged KV cache.
+
+`forward_batch` is the engine's hot path: a flat batch of new tokens from many sequences writes
+its KV into the cache pages and attends over positions 0..seq_len-1 of each sequence.
+`mtp_forward` runs the draft layer; `model(input_ids)` is a cache-less convenience over the same
+modules (it builds a throw-away cache of one page per sequence).
+
+IndexShare: the selection of the most recent "full" layer is reused by the "shared" layers that
+follow it, for the same tokens of the same step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from inference.config import ModelConfig
+from inference.forward_batch import AttentionMetadata, ForwardBatch
+from inference.kv_cache import PagedKVCache
+from inference.layers.decoder import DecoderLayer
+from inference.layers.mtp import MTPLayer
+from inference.layers.norm import RMSNorm
+from inference.layers.rope import rope_cos_sin
+
+
+@dataclass
+class ModelOutput:
+    hidden_states: torch.Tensor  # [M, H] for batch.logits_indices (target: after model.norm)
+    logits: torch.Tensor  # [M, vocab]
+    all_hidden_states: torch.Tensor | None = None  # [N, H] when asked for (MTP prefill needs every row)
+
+
+class Glm5Model(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        layers: list[nn.Module] = [DecoderLayer(config, i) for i in range(config.num_hidden_layers)]
+        layers += [MTPLayer(config, config.num_hidden_layers + i) for i in range(config.num_mtp_layers)]
+        self.layers = nn.ModuleList(layers)
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class Glm5ForCausalLM(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.config = config
+        self.model = Glm5Model(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        # "auto" picks absorbed MLA for short per-sequence chunks (decode) and expanded otherwise.
+        self.attention_mode = "auto"
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    def _prepare(self, batch: ForwardBatch, cache: PagedKVCache) -> tuple[AttentionMetadata, torch.Tensor, torch.Tensor]:
+        meta = AttentionMetadata.from_batch(batch, cache.page_size)
+        cos, sin = rope_cos_sin(batch.positions, self.config.qk_rope_head_dim, self.config.rope_theta, self.dtype)
+        return meta, cos, sin
+
+    def _run_layer(self, layer: DecoderLayer, h, cos, sin, meta, cache: PagedKVCache, selection):
+        i = layer.layer
+        indexer_cache = cache.indexer_flat(i) if i in cache.indexer else None
+        return layer(h, cos, sin, meta, cache.latent_flat(i), indexer_cache, selection, self.attention_mode)
+
+    @torch.inference_mode()
+    def forward_batch(self, batch: ForwardBatch, cache: PagedKVCache, return_all_hidden: bool = False) -> ModelOutput:
+        meta, cos, sin = self._prepare(batch, cache)
+        h = self.model.embed_tokens(batch.input_ids)
+        selection = None
+        for layer in self.model.layers[: self.config.num_hidden_layers]:
+            h, selection = self._run_layer(layer, h, cos, sin, meta, cache, selection)
+        h = self.model.norm(h)
+        picked = h[batch.logits_indices]
+        return ModelOutput(picked, self.lm_head(picked), h if return_all_hidden else None)
+
+    @torch.inference_mode()
+    def mtp_forward(
+        self, batch: ForwardBatch, prev_hidden: torch.Tensor, cache: PagedKVCache, return_all_hidden: bool = False
+    ) -> ModelOutput:
+        """Draft step: batch.input_ids are the NEXT tokens (t_{p+1}) at positions p, prev_hidden [N, H]
+        the target's hidden states at p. Returns the MTP block output before shared_head.norm as
+        hidden_states (vLLM feeds that pre-norm state to the next draft step)."""
+        if self.config.num_mtp_layers == 0:
+            raise RuntimeError("this checkpoint has no MTP layer (num_nextn_predict_layers=0)")
+        if prev_hidden.shape != (batch.num_tokens, self.config.hidden_size):
+            raise ValueError(
+                f"prev_hidden: shape {tuple(prev_hidden.shape)}, expected ({batch.num_tokens}, {self.config.hidden_size})"
+            )
+        meta, cos, sin = self._prepare(batch, cache)
+        mtp: MTPLayer = self.model.layers[self.config.num_hidden_layers]
+        u = mtp.combine(self.model.embed_tokens(batch.input_ids), prev_hidden.to(self.dtype))
+        z, _ = self._run_layer(mtp, u, cos, sin, meta, cache, None)
+        picked = z[batch.logits_indices]
+        logits = self.lm_head(mtp.shared_head.norm(picked))
+        return ModelOutput(picked, logits, z if return_all_hidden else None)
+
+    def new_cache(self, num_pages: int, page_size: int) -> PagedKVCache:
+        return PagedKVCache(self.config, num_pages, page_size, self.dtype, self.device)
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """input_ids [B, T] -> logits [B, T, vocab], every sequence starting at position 0."""
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids: shape {tuple(input_ids.shape)}, expected [batch, seq_len]")
+        b, t = input_ids.shape
+        cache = self.new_cache(num_pages=b, page_size=t)
+        dev = input_ids.device
+        batch = ForwardBatch(
+            input_ids=input_ids.reshape(-1),
+            positions=torch.arange(t, device=dev).repeat(b),
+            query_start_loc=torch.arange(b + 1, device=dev) * t,
+            seq_lens=torch.full((b,), t, device=dev),
+            block_table=torch.arange(b, device=dev).view(b, 1),
+            logits_indices=torch.arange(b * t, device=dev),
+        )
+        return self.forward_batch(batch, cache).logits.view(b, t, -1)
