@@ -1,0 +1,178 @@
+"""The tool plugin API: a tool is a pydantic argument model, a docstring and a `run` method.
+
+    class WordCountArgs(BaseModel):
+        path: str = Field(description="file to count words in")
+
+    class WordCount(Tool):
+        '''Count the words of a file in the workspace.'''
+        name = "word_count"
+        Args = WordCountArgs
+        read_only = True
+
+        def run(self, args: WordCountArgs) -> str:
+            return str(len(self.ctx.sandbox.read_file(args.path).split()))
+
+The JSON schema the model sees comes from `Args`, the description from the docstring. Arguments are
+validated before `run` is called; a validation error goes back to the model as the tool's result.
+`function_tool` turns a plain function `fn(args: SomeArgs, ctx: ToolContext) -> str` into a Tool.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, get_type_hints
+
+from pydantic import BaseModel
+
+from agent.config import ToolLimits
+from inference.chat.messages import ToolSpec
+
+if TYPE_CHECKING:
+    from sandbox import Sandbox
+
+
+class ToolResult(BaseModel):
+    """What a tool call produced. `output` is what the model sees."""
+
+    output: str
+    is_error: bool = False
+    exit_code: int | None = None
+    truncated: bool = False
+    # Set by the `finish` tool: the run ends after this call with `summary`.
+    finish: bool = False
+    summary: str = ""
+
+
+@dataclass
+class ToolContext:
+    """What tools run against: the sandbox, output limits, and the workspace folder."""
+
+    sandbox: Sandbox
+    limits: ToolLimits = field(default_factory=ToolLimits)
+    workdir: str = "/workspace"
+
+    def resolve(self, path: str) -> str:
+        """Relative paths are relative to the workspace, not to wherever bash has cd'ed."""
+        return path if path.startswith("/") else f"{self.workdir.rstrip('/')}/{path}"
+
+
+class Tool:
+    """Base class of every tool. Subclasses set `name`, `Args` and a docstring, and implement `run`."""
+
+    name: ClassVar[str]
+    Args: ClassVar[type[BaseModel]]
+    # MCP-style annotation: approval front-ends auto-approve read-only tools.
+    read_only: ClassVar[bool] = False
+    # Tools that bound their own running time (bash passes its timeout to the sandbox) set this;
+    # the others are run under `ToolLimits.tool_timeout_s` by the ToolSet.
+    manages_timeout: ClassVar[bool] = False
+
+    def __init__(self, ctx: ToolContext):
+        self.ctx = ctx
+
+    @classmethod
+    def description(cls) -> str:
+        return inspect.cleandoc(cls.__doc__ or "").strip() or cls.name
+
+    @classmethod
+    def parameters(cls) -> dict[str, Any]:
+        schema = cls.Args.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+        return schema
+
+    @classmethod
+    def spec(cls) -> ToolSpec:
+        return ToolSpec(name=cls.name, description=cls.description(), parameters=cls.parameters())
+
+    def validate(self, raw_args: dict[str, Any]) -> BaseModel:
+        return self.Args.model_validate(raw_args)
+
+    def run(self, args: Any) -> ToolResult | str:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release resources (MCP sessions); most tools hold none."""
+
+
+def function_tool(
+    fn: Callable[[Any, ToolContext], ToolResult | str] | None = None,
+    *,
+    name: str | None = None,
+    read_only: bool = False,
+):
+    """Make a Tool class from `fn(args: ArgsModel, ctx: ToolContext)`; its docstring describes it."""
+
+    def wrap(f: Callable[[Any, ToolContext], ToolResult | str]) -> type[Tool]:
+        hints = get_type_hints(f)
+        params = list(inspect.signature(f).parameters)
+        args_model = hints.get(params[0]) if params else None
+        if not (isinstance(args_model, type) and issubclass(args_model, BaseModel)):
+            raise TypeError(f"{f.__name__}: first parameter must be annotated with a pydantic model")
+
+        def run(self: Tool, args: Any) -> ToolResult | str:
+            return f(args, self.ctx)
+
+        return type(
+            f"{f.__name__.title().replace('_', '')}Tool",
+            (Tool,),
+            {
+                "__doc__": f.__doc__,
+                "__module__": f.__module__,
+                "name": name or f.__name__,
+                "Args": args_model,
+                "read_only": read_only,
+                "run": run,
+            },
+        )
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def format_validation_error(tool: str, exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return f"invalid arguments for {tool}: {exc}"
+    lines = []
+    for err in errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        if err["type"] == "missing":
+            lines.append(f"- {loc}: required argument is missing")
+        elif err["type"] == "extra_forbidden":
+            lines.append(f"- {loc}: unknown argument")
+        else:
+            lines.append(f"- {loc}: {err['msg']} (got {err.get('input')!r})")
+    return f"invalid arguments for {tool}:\n" + "\n".join(lines)
+
+
+def run_with_deadline(fn: Callable[[], Any], timeout: float | None, cancel: threading.Event | None) -> Any:
+    """Run `fn` in a worker thread; raise TimeoutError past `timeout` or InterruptedError on `cancel`.
+
+    Python cannot kill a thread, so a tool that ignores both keeps running in the background; what
+    matters is that the agent (and the user's interrupt) is not blocked behind it.
+    """
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the caller's thread below
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, daemon=True, name="horizon-tool").start()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not done.wait(0.05):
+        if cancel is not None and cancel.is_set():
+            raise InterruptedError("interrupted by the user")
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError(f"tool did not finish within {timeout:g}s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")

@@ -1,0 +1,95 @@
+"""ToolSet: the tools of one run, by name. Validates arguments, then calls the tool.
+
+Every failure the model can cause (unknown tool, arguments that are not JSON or do not validate,
+a tool that raises or times out) becomes a `ToolResult(is_error=True)` the model reads. Sandbox
+failures that end the run (the container died, the sandbox was closed) propagate.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Iterable
+
+from pydantic import ValidationError
+
+from agent.tools.base import Tool, ToolResult, format_validation_error, run_with_deadline
+from inference.chat.messages import ToolSpec
+
+try:  # the sandbox package defines which failures are fatal
+    from sandbox.errors import ContainerDied, SandboxClosed
+
+    _FATAL: tuple[type[BaseException], ...] = (ContainerDied, SandboxClosed)
+except ImportError:  # pragma: no cover - sandbox is part of the same distribution
+    _FATAL = ()
+
+
+class ToolSet:
+    def __init__(self, tools: Iterable[Tool] = ()):
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.add(tool)
+
+    def add(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"two tools are named {tool.name!r}")
+        self._tools[tool.name] = tool
+
+    def remove(self, name: str) -> None:
+        self._tools.pop(name, None)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tools
+
+    def __getitem__(self, name: str) -> Tool:
+        return self._tools[name]
+
+    def __iter__(self):
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def specs(self) -> list[ToolSpec]:
+        return [tool.spec() for tool in self._tools.values()]
+
+    def call(
+        self, name: str, raw_args: dict[str, Any] | str | None, cancel: threading.Event | None = None
+    ) -> ToolResult:
+        tool = self._tools.get(name)
+        if tool is None:
+            available = ", ".join(self._tools) or "(none)"
+            return ToolResult(output=f"unknown tool {name!r}; available tools: {available}", is_error=True)
+        if isinstance(raw_args, str):
+            try:
+                raw_args = json.loads(raw_args) if raw_args.strip() else {}
+            except json.JSONDecodeError as exc:
+                return ToolResult(output=f"arguments for {name} are not valid JSON: {exc}", is_error=True)
+        if not isinstance(raw_args, dict):
+            return ToolResult(output=f"arguments for {name} must be a JSON object, got {raw_args!r}", is_error=True)
+        try:
+            args = tool.validate(raw_args)
+        except ValidationError as exc:
+            return ToolResult(output=format_validation_error(name, exc), is_error=True)
+        try:
+            if tool.manages_timeout:
+                result = tool.run(args)
+            else:
+                result = run_with_deadline(lambda: tool.run(args), tool.ctx.limits.tool_timeout_s, cancel)
+        except _FATAL:
+            raise
+        except TimeoutError as exc:
+            return ToolResult(output=f"{name}: {exc}", is_error=True)
+        except InterruptedError:
+            return ToolResult(output=f"{name}: interrupted by the user", is_error=True)
+        except Exception as exc:
+            return ToolResult(output=f"{name} failed: {type(exc).__name__}: {exc}", is_error=True)
+        return result if isinstance(result, ToolResult) else ToolResult(output=str(result))
+
+    def close(self) -> None:
+        for tool in self._tools.values():
+            tool.close()
