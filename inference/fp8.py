@@ -1,0 +1,51 @@
+"""FP8 e4m3 block quantization with per-block fp32 scales (DeepSeek/GLM checkpoint format).
+
+A quantized `X.weight` [out, in] (float8_e4m3fn) has a sibling `X.weight_scale_inv`
+[ceil(out/bo), ceil(in/bi)] (fp32) and W = W8 * scale_inv (despite the name the scale multiplies).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+E4M3_MAX = 448.0
+DEFAULT_BLOCK = (128, 128)
+
+
+def scale_shape(shape: tuple[int, int], block: tuple[int, int] = DEFAULT_BLOCK) -> tuple[int, int]:
+    return (math.ceil(shape[0] / block[0]), math.ceil(shape[1] / block[1]))
+
+
+def _expand(scale: torch.Tensor, shape: tuple[int, int], block: tuple[int, int]) -> torch.Tensor:
+    return scale.repeat_interleave(block[0], 0)[: shape[0]].repeat_interleave(block[1], 1)[:, : shape[1]]
+
+
+def quantize_blockwise(
+    weight: torch.Tensor, block: tuple[int, int] = DEFAULT_BLOCK
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """weight [out, in] -> (e4m3 weight, fp32 scale_inv) with one scale per block."""
+    if weight.dim() != 2:
+        raise ValueError(f"quantize_blockwise: expected a 2-D weight, got shape {tuple(weight.shape)}")
+    w = weight.float()
+    rows, cols = scale_shape(tuple(w.shape), block)
+    padded = torch.zeros(rows * block[0], cols * block[1])
+    padded[: w.shape[0], : w.shape[1]] = w.abs()
+    amax = padded.view(rows, block[0], cols, block[1]).amax(dim=(1, 3))
+    scale = amax.clamp_min(1e-12) / E4M3_MAX
+    q = (w / _expand(scale, tuple(w.shape), block)).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    return q, scale
+
+
+def dequantize_blockwise(
+    weight: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int] = DEFAULT_BLOCK, dtype=torch.float32
+) -> torch.Tensor:
+    shape = tuple(weight.shape)
+    expected = scale_shape(shape, block)
+    if tuple(scale_inv.shape) != expected:
+        raise ValueError(
+            f"weight_scale_inv: shape {tuple(scale_inv.shape)}, expected {expected} for weight {shape} "
+            f"with {block[0]}x{block[1]} blocks"
+        )
+    return (weight.float() * _expand(scale_inv.float(), shape, block)).to(dtype)
