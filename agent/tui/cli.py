@@ -1,0 +1,91 @@
+"""`horizon chat [PATH] --model SPEC [--read-only] [--resume [ID]]`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from agent.tui.approval import MODES
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("chat", help="interactive coding assistant on a repository (Textual TUI)")
+    p.add_argument("path", nargs="?", default=".", help="repository to work on (default: current folder)")
+    p.add_argument("--model", help="embedded:PATH | openai:URL | replay:FILE (default: the resumed session's)")
+    p.add_argument("--read-only", action="store_true", help="mount the repository read-only in the sandbox")
+    p.add_argument("--resume", nargs="?", const="", metavar="ID", help="restore a session (default: the latest)")
+    p.add_argument("--mode", choices=MODES, default="ask", help="approval mode to start in")
+    p.add_argument("--effort", choices=("low", "medium", "high", "max", "none"), help="reasoning effort")
+    p.add_argument("--config", help="agent config TOML")
+    p.add_argument("--local", action="store_true", help="run tools on the host (LocalSandbox): NO isolation")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from agent.backends import make_backend
+    from agent.config import ConfigError, load_config
+    from agent.tools import ToolSet, builtin_tools
+    from agent.tui.app import ChatApp
+    from agent.tui.session import SessionStore
+
+    repo = Path(args.path).resolve()
+    if not repo.is_dir():
+        print(f"horizon chat: {repo} is not a folder", file=sys.stderr)
+        return 2
+    store = SessionStore()
+    resuming = args.resume is not None
+    model = args.model
+    if model is None and resuming:
+        try:
+            model = store.open(args.resume or None).meta.model
+        except LookupError as exc:
+            print(f"horizon chat: --resume: {exc}", file=sys.stderr)
+            return 2
+    if model is None:
+        print("horizon chat: --model is required (embedded:PATH | openai:URL | replay:FILE)", file=sys.stderr)
+        return 2
+    effort = None if args.effort in (None, "none") else args.effort
+    try:
+        # A chat turn ends when the model answers without a tool call; headless runs need `finish`.
+        config = load_config(args.config, {"require_finish_tool": False, "reasoning_effort": effort})
+        backend = make_backend(model, config)
+    except (ConfigError, Exception) as exc:
+        print(f"horizon chat: {exc}", file=sys.stderr)
+        return 2
+    with open_workspace_sandbox(repo, args.read_only, args.local or config.sandbox.local, config) as sandbox:
+        tools = ToolSet(builtin_tools(sandbox, config.tools))
+        app = ChatApp(
+            config=config,
+            backend=backend,
+            tools=tools,
+            sandbox=sandbox,
+            store=store,
+            repo=repo,
+            model_spec=model,
+            read_only=args.read_only,
+            make_backend=make_backend,
+            resume_id=args.resume or None,
+            resume_latest=resuming and not args.resume,
+        )
+        app.controller.policy.mode = args.mode
+        app.stats.mode = args.mode
+        app.run()
+    print(f"session saved: {app.controller.session.id} (horizon chat --resume {app.controller.session.id})")
+    return 0
+
+
+def open_workspace_sandbox(repo: Path, read_only: bool, local: bool, config):
+    """The repository mounted at /workspace (read-write unless asked otherwise)."""
+    from sandbox import BASE_IMAGE, LocalSandbox, Mount, Sandbox, SandboxConfig
+
+    settings = config.sandbox
+    sandbox_config = SandboxConfig(
+        image=settings.image or BASE_IMAGE,
+        workdir=settings.workdir,
+        network=settings.network,
+        mounts=[Mount(source=str(repo), target=settings.workdir, read_only=read_only)],
+    )
+    if local:
+        return LocalSandbox.start(sandbox_config)
+    return Sandbox.start(sandbox_config)

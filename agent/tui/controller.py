@@ -1,0 +1,139 @@
+"""The chat controller: owns the agent, runs each turn in a worker thread, bridges approvals.
+
+The UI never touches the agent directly. The controller writes every event to the session file as
+it happens and hands it to `post` (the app's thread-safe message queue). Approvals that need the
+user are posted as a Future which the worker thread waits on; an interrupt resolves it as a denial.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Callable
+
+from agent.config import AgentConfig
+from agent.events import Event, ToolCallEvent
+from agent.loop import Agent, Approval, RunResult
+from agent.tools.toolset import ToolSet
+from agent.tui.approval import EDIT_TOOLS, ApprovalPolicy
+from agent.tui.session import Record, Session
+from agent.tui.workspace_ops import EditHistory, restore_conversation
+from inference.chat.messages import Message
+
+
+@dataclass
+class ApprovalRequest:
+    call: ToolCallEvent
+    answer: Future  # resolved with an Approval by the UI thread
+
+
+@dataclass
+class TurnDone:
+    result: RunResult | None
+    error: str | None = None
+
+
+class ChatController:
+    def __init__(
+        self,
+        *,
+        config: AgentConfig,
+        backend,
+        tools: ToolSet,
+        sandbox,
+        session: Session,
+        post: Callable[[object], None],
+        policy: ApprovalPolicy | None = None,
+    ):
+        self.config = config
+        self.backend = backend
+        self.tools = tools
+        self.sandbox = sandbox
+        self.session = session
+        self.post = post
+        read_only = frozenset(name for name in tools.names if getattr(tools[name], "read_only", False))
+        self.policy = policy or ApprovalPolicy(read_only_tools=read_only)
+        self.policy.read_only_tools = read_only
+        self.edits = EditHistory(sandbox)
+        self.agent = self._new_agent([])
+        self._thread: threading.Thread | None = None
+        self._pending: Future | None = None
+
+    # -- turns --------------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def submit(self, task: str) -> None:
+        if self.busy:
+            raise RuntimeError("the agent is still working; interrupt it first")
+        self._thread = threading.Thread(target=self._run_turn, args=(task,), name="horizon-agent", daemon=True)
+        self._thread.start()
+
+    def _run_turn(self, task: str) -> None:
+        try:
+            result = self.agent.run(task)
+        except Exception as exc:  # the UI must survive any agent failure and say what happened
+            self.post(TurnDone(None, f"{type(exc).__name__}: {exc}"))
+            return
+        self.post(TurnDone(result))
+
+    def interrupt(self) -> None:
+        self.agent.interrupt()
+        pending = self._pending
+        if pending is not None and not pending.done():
+            pending.set_result(Approval.deny("interrupted by the user"))
+
+    def wait(self, timeout: float = 10.0) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -- events and approvals (called on the worker thread) -----------------------------------
+    def _on_event(self, event: Event) -> None:
+        self.record(event)
+
+    def record(self, record: Record) -> None:
+        self.session.append(record)
+        self.post(record)
+
+    def _approve(self, call: ToolCallEvent) -> Approval:
+        if self.policy.needs_user(call.name):
+            future: Future = Future()
+            self._pending = future
+            self.post(ApprovalRequest(call, future))
+            decision = future.result()
+            self._pending = None
+        else:
+            decision = Approval.approve()
+        if decision.approved and call.name in EDIT_TOOLS:
+            self.edits.snapshot(str(call.arguments.get("path", "")))
+        return decision
+
+    # -- conversation state -------------------------------------------------------------------
+    def _new_agent(self, messages: list[Message]) -> Agent:
+        return Agent(
+            self.config,
+            self.backend,
+            self.tools,
+            on_event=self._on_event,
+            approver=self._approve,
+            messages=messages,
+        )
+
+    def reset(self, session: Session) -> None:
+        """/clear: a fresh conversation in a new session file."""
+        self.session = session
+        self.agent = self._new_agent([])
+        self.edits.clear()
+
+    def resume(self, session: Session) -> list[Record]:
+        records = session.records()
+        self.session = session
+        self.agent = self._new_agent(restore_conversation(records))
+        self.edits.clear()
+        return records
+
+    def set_backend(self, backend) -> None:
+        self.backend = backend
+        self.agent.backend = backend

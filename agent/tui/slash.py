@@ -1,0 +1,147 @@
+"""What each slash command does. Commands that touch the workspace or the conversation wait until the
+agent is idle, since the sandbox shell and the message list belong to the running turn."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import get_args
+
+from agent.config import ReasoningEffort
+from agent.tui import commands
+from agent.tui.approval import EDIT_TOOLS
+from agent.tui.workspace_ops import workspace_diff
+
+EFFORTS = ("low", "medium", "high", "max", "none")
+NEEDS_IDLE = {"model", "compact", "diff", "undo", "clear", "resume"}
+
+
+class SlashHandler:
+    def __init__(self, app):
+        self.app = app
+
+    @property
+    def controller(self):
+        return self.app.controller
+
+    async def dispatch(self, line: str) -> bool:
+        parsed = commands.parse(line)
+        if parsed is None:
+            return False
+        name, arg = parsed
+        if name not in commands.BY_NAME:
+            close = commands.complete_command(name[:2]) if name else []
+            hint = f" (did you mean {', '.join('/' + c for c in close)}?)" if close else ""
+            await self.app.notice(f"unknown command /{name}{hint}; /help lists them", kind="error")
+            return True
+        if name in NEEDS_IDLE and self.controller.busy and not (name == "model" and not arg):
+            await self.app.notice(f"/{name} waits until the agent is idle (Esc interrupts it)", kind="warning")
+            return True
+        await getattr(self, f"cmd_{name}")(arg)
+        self.app.query_one("#status").refresh()
+        return True
+
+    async def cmd_help(self, arg: str) -> None:
+        await self.app.notice(commands.help_text(), format="markdown")
+
+    async def cmd_model(self, arg: str) -> None:
+        if not arg:
+            await self.app.notice(f"model: {self.app.stats.model}")
+            return
+        if self.app.make_backend is None:
+            await self.app.notice("this session cannot switch models", kind="error")
+            return
+        try:
+            backend = await asyncio.to_thread(self.app.make_backend, arg, self.controller.config)
+        except Exception as exc:
+            await self.app.notice(f"cannot use model {arg!r}: {exc}", kind="error")
+            return
+        self.controller.set_backend(backend)
+        self.app.stats.model = arg
+        await self.app.notice(f"model: {arg}")
+
+    async def cmd_effort(self, arg: str) -> None:
+        supported = [e for e in EFFORTS if e == "none" or e in get_args(ReasoningEffort)]
+        if arg not in supported:
+            await self.app.notice(f"/effort takes one of {'|'.join(supported)}, got {arg!r}", kind="error")
+            return
+        self.controller.config.reasoning_effort = None if arg == "none" else arg
+        self.app.stats.effort = arg
+        await self.app.notice(f"reasoning effort: {arg}")
+
+    async def cmd_mode(self, arg: str) -> None:
+        try:
+            self.app.set_mode(arg)
+        except ValueError as exc:
+            await self.app.notice(str(exc), kind="error")
+            return
+        await self.app.notice(f"approval mode: {arg}")
+
+    async def cmd_compact(self, arg: str) -> None:
+        agent = self.controller.agent
+        before = agent.context.estimate_tokens(agent.messages)
+        # Passing the window as the last context size forces the trigger; the rest is the agent's own
+        # staged compaction (elide old observations, then summarise), so /compact == auto-compaction.
+        window = agent.context.config.context_window
+        compaction = await asyncio.to_thread(agent.context.maybe_compact, agent.messages, window, agent.backend)
+        if compaction is None:
+            await self.app.notice("nothing to compact yet: the conversation is only kept prefix and recent turns")
+            return
+        agent.messages = compaction.messages
+        compaction.event.tokens_before = before
+        compaction.event.step = agent.step
+        self.controller.record(compaction.event)
+
+    async def cmd_diff(self, arg: str) -> None:
+        diff = await asyncio.to_thread(workspace_diff, self.controller.sandbox)
+        if not diff.strip():
+            await self.app.notice("no changes in the workspace")
+        elif diff.strip() == "not a git repository":
+            await self.app.notice("/diff needs the workspace to be a git repository", kind="warning")
+        else:
+            await self.app.notice(diff, format="diff")
+
+    async def cmd_undo(self, arg: str) -> None:
+        message = await asyncio.to_thread(self.controller.edits.undo)
+        await self.app.notice(message)
+
+    async def cmd_clear(self, arg: str) -> None:
+        session = self.app.store.create(str(self.app.repo), self.app.stats.model)
+        self.controller.reset(session)
+        await self.app.conversation.clear()
+        s = self.app.stats
+        s.prompt_tokens = s.cached_tokens = s.completion_tokens = s.context_tokens = 0
+        await self.app.notice("new conversation")
+
+    async def cmd_sessions(self, arg: str) -> None:
+        metas = self.app.store.list()
+        if not metas:
+            await self.app.notice("no saved sessions")
+            return
+        rows = ["| id | updated | title |", "|---|---|---|"]
+        for meta in metas[:20]:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(meta.updated))
+            current = " (this one)" if meta.id == self.controller.session.id else ""
+            rows.append(f"| `{meta.id}`{current} | {when} | {meta.title.replace('|', '/') or '—'} |")
+        await self.app.notice("\n".join(rows) + "\n\n`/resume ID` opens one.", format="markdown")
+
+    async def cmd_resume(self, arg: str) -> None:
+        try:
+            session = self.app.store.open(arg or None)
+        except LookupError as exc:
+            await self.app.notice(str(exc), kind="error")
+            return
+        await self.app.restore(session)
+
+    async def cmd_tools(self, arg: str) -> None:
+        tools = self.controller.tools
+        rows = ["| tool | asks in mode | what it does |", "|---|---|---|"]
+        for name in tools.names:
+            tool = tools[name]
+            first = (tool.description().splitlines() or [""])[0]
+            asks = "—" if getattr(tool, "read_only", False) else ("ask" if name in EDIT_TOOLS else "ask, auto-edit")
+            rows.append(f"| `{name}` | {asks} | {first} |")
+        await self.app.notice("\n".join(rows), format="markdown")
+
+    async def cmd_exit(self, arg: str) -> None:
+        await self.app.action_quit_chat()
