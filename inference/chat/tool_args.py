@@ -14,7 +14,7 @@ from typing import Any
 from inference.chat.messages import ToolCall, ToolSpec
 
 _PAIR = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
-_JSON_FORM = re.compile(r"\s*([^\s<>{}]+?)\s*>?\s*(\{.*\})\s*", re.DOTALL)
+_JSON_FORM = re.compile(r"\s*([^\s<>{}]+?)\s*>?\s*(\{.*)", re.DOTALL)
 _NAME = re.compile(r"[^\s<>{}\"']+")
 
 
