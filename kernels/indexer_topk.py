@@ -1,0 +1,211 @@
+"""Lightning-indexer scoring and top-k selection over a paged indexer-key cache (GLM-5 DSA).
+
+For query token t (of sequence b = query_seq[t], at absolute position p = query_pos[t]) and key
+position s of that sequence (cached at slot key_slots[b, s]):
+
+    score[t, s] = sum_h  w[t, h] * relu(q[t, h, :] . k[slot, :] * softmax_scale)
+
+masked to -inf where s > p (causal) or the slot is -1 (no key). ``w`` is the caller's
+``weights_proj(x) * n_heads**-0.5`` in fp32 and ``softmax_scale`` is index_head_dim**-0.5, exactly
+as transformers' ``GlmMoeDsaIndexer`` computes it. RoPE is the caller's job (q and the cached keys
+are already rotated).
+
+The top-k itself is ``torch.topk`` over the scores in both backends: a fused streaming top-k over
+S up to 1M keys is a separate kernel that is not written yet (scores are materialized per chunk of
+query tokens, bounded by ``max_chunk_elems``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels.backend import TritonKernel, cdiv, next_pow2, resolve_backend, tl
+from kernels.validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_tensor, flat_rows
+
+# Chunk query tokens so that one chunk's [tokens, keys, max(heads, dim)] working set stays bounded.
+DEFAULT_MAX_CHUNK_ELEMS = 1 << 26
+
+
+@dataclass(frozen=True)
+class IndexerTopk:
+    """Selected keys per query token: both [T, k] int32, -1 where fewer than k keys are visible."""
+
+    positions: torch.Tensor  # key positions within the sequence (what transformers returns)
+    slots: torch.Tensor  # cache slots of those keys (what the sparse MLA kernel gathers)
+
+
+def _check_inputs(q, weights, index_keys, key_slots, query_seq, query_pos):
+    dims = check_tensor("q", q, ["T", "H", "D"], FLOAT_DTYPES)
+    check_tensor("weights", weights, ["T", "H"], (torch.float32,), dims)
+    check_tensor("key_slots", key_slots, ["B", "S"], INDEX_DTYPES, dims)
+    check_tensor("query_seq", query_seq, ["T"], INDEX_DTYPES, dims)
+    check_tensor("query_pos", query_pos, ["T"], INDEX_DTYPES, dims)
+    if index_keys.dtype != q.dtype:
+        raise ValueError(f"index_keys: dtype {index_keys.dtype}, expected the dtype of q ({q.dtype})")
+    keys = flat_rows("index_keys", index_keys, dims["D"])
+    device = check_same_device(
+        q=q, weights=weights, index_keys=index_keys, key_slots=key_slots, query_seq=query_seq, query_pos=query_pos
+    )
+    return keys, dims, device
+
+
+def indexer_scores_torch(
+    q: torch.Tensor,
+    weights: torch.Tensor,
+    index_keys: torch.Tensor,
+    key_slots: torch.Tensor,
+    query_seq: torch.Tensor,
+    query_pos: torch.Tensor,
+    softmax_scale: float,
+) -> torch.Tensor:
+    """Reference: [T, S] fp32 scores, -inf where masked."""
+    keys = index_keys.reshape(-1, q.shape[-1])
+    slots = key_slots[query_seq.long()].long()  # [T, S]
+    k = keys[slots.clamp(min=0)].float()  # [T, S, D]
+    logits = torch.einsum("thd,tsd->ths", q.float(), k) * softmax_scale
+    scores = torch.einsum("th,ths->ts", weights, torch.relu(logits))
+    key_pos = torch.arange(slots.shape[1], device=q.device)
+    visible = (slots >= 0) & (key_pos[None, :] <= query_pos.long()[:, None])
+    return scores.masked_fill(~visible, float("-inf"))
+
+
+def _indexer_scores_kernel(
+    q_ptr, w_ptr, keys_ptr, key_slots_ptr, query_seq_ptr, query_pos_ptr, out_ptr,
+    S, H, D, softmax_scale,
+    stride_qt, stride_qh, stride_wt, stride_slots_b, stride_out_t,
+    BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    # One program: one query token x one block of BLOCK_S key positions, all heads at once, so the
+    # gathered key block is read once and reused by every head through one [H, D] x [D, S] dot.
+    t = tl.program_id(0)
+    s_block = tl.program_id(1)
+    seq = tl.load(query_seq_ptr + t).to(tl.int64)
+    pos = tl.load(query_pos_ptr + t)
+    offs_s = s_block * BLOCK_S + tl.arange(0, BLOCK_S)
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, BLOCK_D)
+    in_range = offs_s < S
+    slots = tl.load(key_slots_ptr + seq * stride_slots_b + offs_s, mask=in_range, other=-1).to(tl.int64)
+    visible = in_range & (slots >= 0) & (offs_s <= pos)
+
+    q = tl.load(
+        q_ptr + t * stride_qt + offs_h[:, None] * stride_qh + offs_d[None, :],
+        mask=(offs_h[:, None] < H) & (offs_d[None, :] < D),
+        other=0.0,
+    )
+    # Masked-out keys are never read: past the causal frontier a block costs no memory traffic.
+    k = tl.load(
+        keys_ptr + slots[None, :] * D + offs_d[:, None],
+        mask=visible[None, :] & (offs_d[:, None] < D),
+        other=0.0,
+    ).to(q.dtype)
+    if UPCAST:
+        q = q.to(tl.float32)
+        k = k.to(tl.float32)
+    logits = tl.maximum(tl.dot(q, k) * softmax_scale, 0.0)  # [BLOCK_H, BLOCK_S] fp32
+    w = tl.load(w_ptr + t * stride_wt + offs_h, mask=offs_h < H, other=0.0)
+    score = tl.sum(logits * w[:, None], axis=0)
+    score = tl.where(visible, score, float("-inf"))
+    tl.store(out_ptr + t * stride_out_t + offs_s, score, mask=in_range)
+
+
+_SCORES_KERNEL = TritonKernel(_indexer_scores_kernel)
+
+
+def indexer_scores_triton(
+    q: torch.Tensor,
+    weights: torch.Tensor,
+    index_keys: torch.Tensor,
+    key_slots: torch.Tensor,
+    query_seq: torch.Tensor,
+    query_pos: torch.Tensor,
+    softmax_scale: float,
+    block_s: int = 64,
+) -> torch.Tensor:
+    """Triton: [T, S] fp32 scores, -inf where masked (same contract as ``indexer_scores_torch``)."""
+    T, H, D = q.shape
+    S = key_slots.shape[1]
+    keys = index_keys.reshape(-1, D)
+    q = q.contiguous() if q.stride(-1) != 1 else q
+    weights = weights.contiguous()
+    key_slots = key_slots.contiguous()
+    out = torch.empty((T, S), dtype=torch.float32, device=q.device)
+    if T == 0 or S == 0:
+        return out
+    grid = (T, cdiv(S, block_s))
+    _SCORES_KERNEL.launch(
+        grid,
+        q, weights, keys, key_slots, query_seq.contiguous(), query_pos.contiguous(), out,
+        S, H, D, float(softmax_scale),
+        q.stride(0), q.stride(1), weights.stride(0), key_slots.stride(0), out.stride(0),
+        device=q.device,
+        BLOCK_S=block_s, BLOCK_H=max(16, next_pow2(H)), BLOCK_D=max(16, next_pow2(D)),
+    )  # fmt: skip
+    return out
+
+
+def indexer_scores(
+    q: torch.Tensor,
+    weights: torch.Tensor,
+    index_keys: torch.Tensor,
+    key_slots: torch.Tensor,
+    query_seq: torch.Tensor,
+    query_pos: torch.Tensor,
+    softmax_scale: float,
+    *,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Indexer scores [T, S] fp32 (-inf where masked); see the module docstring for the formula.
+
+    q [T, H, D] (rotated); weights [T, H] fp32; index_keys [num_pages, page_size, D] (or flat
+    [num_slots, D]) of q's dtype; key_slots [B, S] slot of each key position (-1 = none);
+    query_seq [T] row of key_slots per token; query_pos [T] absolute position per token.
+    """
+    _, _, device = _check_inputs(q, weights, index_keys, key_slots, query_seq, query_pos)
+    impl = indexer_scores_triton if resolve_backend(backend, device) == "triton" else indexer_scores_torch
+    return impl(q, weights, index_keys, key_slots, query_seq, query_pos, softmax_scale)
+
+
+def indexer_topk(
+    q: torch.Tensor,
+    weights: torch.Tensor,
+    index_keys: torch.Tensor,
+    key_slots: torch.Tensor,
+    query_seq: torch.Tensor,
+    query_pos: torch.Tensor,
+    topk: int,
+    softmax_scale: float,
+    *,
+    backend: str = "auto",
+    max_chunk_elems: int = DEFAULT_MAX_CHUNK_ELEMS,
+) -> IndexerTopk:
+    """Top-k keys per query token by indexer score; k = min(topk, S) columns, -1 past the visible keys.
+
+    Same inputs as ``indexer_scores``. Query tokens are processed in chunks so the score matrix of
+    a long prefill never has to exist at once.
+    """
+    if topk <= 0:
+        raise ValueError(f"topk={topk}: expected a positive integer")
+    _, dims, device = _check_inputs(q, weights, index_keys, key_slots, query_seq, query_pos)
+    impl = indexer_scores_triton if resolve_backend(backend, device) == "triton" else indexer_scores_torch
+    T, S = dims["T"], dims["S"]
+    k = min(topk, S)
+    positions = torch.full((T, k), -1, dtype=torch.int32, device=device)
+    slots = torch.full((T, k), -1, dtype=torch.int32, device=device)
+    if T == 0 or k == 0:
+        return IndexerTopk(positions=positions, slots=slots)
+    chunk = max(1, max_chunk_elems // max(1, S * max(dims["H"], dims["D"])))
+    for start in range(0, T, chunk):
+        end = min(T, start + chunk)
+        scores = impl(
+            q[start:end], weights[start:end], index_keys, key_slots,
+            query_seq[start:end], query_pos[start:end], softmax_scale,
+        )  # fmt: skip
+        values, idx = scores.topk(k, dim=-1)
+        valid = torch.isfinite(values)
+        chunk_slots = key_slots[query_seq[start:end].long()].gather(1, idx)
+        positions[start:end] = torch.where(valid, idx, -1).to(torch.int32)
+        slots[start:end] = torch.where(valid, chunk_slots, -1).to(torch.int32)
+    return IndexerTopk(positions=positions, slots=slots)
