@@ -20,6 +20,7 @@ validated before `run` is called; a validation error goes back to the model as t
 from __future__ import annotations
 
 import inspect
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -81,16 +82,34 @@ class Tool:
     def parameters(cls) -> dict[str, Any]:
         schema = cls.Args.model_json_schema()
         schema.pop("title", None)
-        for prop in schema.get("properties", {}).values():
+        props = schema.get("properties", {})
+        for key, prop in list(props.items()):
             prop.pop("title", None)
+            # `X | None = None` is just an optional X to the model: a plain type parses better.
+            variants = prop.get("anyOf")
+            if isinstance(variants, list) and len(variants) == 2 and {"type": "null"} in variants:
+                prop.pop("anyOf")
+                props[key] = {**next(v for v in variants if v != {"type": "null"}), **prop}
+                if props[key].get("default", 0) is None:
+                    props[key].pop("default")
         return schema
+
+    def validate(self, raw_args: dict[str, Any]) -> BaseModel:
+        # Text-format tool calls may carry lists/numbers as JSON strings; decode those first.
+        props = self.parameters().get("properties", {})
+        fixed = dict(raw_args)
+        for key, value in raw_args.items():
+            wanted = props.get(key, {}).get("type")
+            if isinstance(value, str) and wanted in ("array", "object", "integer", "number", "boolean"):
+                try:
+                    fixed[key] = json.loads(value)
+                except json.JSONDecodeError:
+                    pass  # let validation report it
+        return self.Args.model_validate(fixed)
 
     @classmethod
     def spec(cls) -> ToolSpec:
         return ToolSpec(name=cls.name, description=cls.description(), parameters=cls.parameters())
-
-    def validate(self, raw_args: dict[str, Any]) -> BaseModel:
-        return self.Args.model_validate(raw_args)
 
     def run(self, args: Any) -> ToolResult | str:
         raise NotImplementedError

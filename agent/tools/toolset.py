@@ -75,6 +75,8 @@ class ToolSet:
             args = tool.validate(raw_args)
         except ValidationError as exc:
             return ToolResult(output=format_validation_error(name, exc), is_error=True)
+        except ValueError as exc:  # tools with their own schema validation (MCP)
+            return ToolResult(output=str(exc), is_error=True)
         try:
             if tool.manages_timeout:
                 result = tool.run(args)

@@ -1,0 +1,201 @@
+"""File tools: `view`, `create`, `str_replace` and `insert`.
+
+They read and write through the sandbox API (bytes in, bytes out), so they work the same in a
+Docker sandbox and a LocalSandbox. Edits answer with a unified diff so the model sees what changed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import posixpath
+import shlex
+
+from pydantic import BaseModel, Field
+
+from agent.tools.base import Tool, ToolContext, ToolResult
+
+MAX_LINE_CHARS = 2000
+LISTING_SCRIPT = (
+    'p={p}; if [ -d "$p" ]; then echo DIR; cd "$p" && find . -maxdepth 2 -not -name . '
+    "-not -path './.git/*' -not -path '*/node_modules/*' -not -path '*/__pycache__*' "
+    "-not -name .git | sort | head -n {limit}; "
+    'elif [ -e "$p" ]; then echo FILE; else echo MISSING; fi'
+)
+
+
+def _error(text: str) -> ToolResult:
+    return ToolResult(output=text, is_error=True)
+
+
+def read_text(ctx: ToolContext, path: str) -> str:
+    data = ctx.sandbox.read_file(path)
+    if b"\0" in data[:8192]:
+        raise ValueError(f"{path} is a binary file ({len(data)} bytes)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path} is not UTF-8 text ({exc})") from None
+
+
+def numbered(lines: list[str], first: int) -> str:
+    out = []
+    for n, line in enumerate(lines, first):
+        line = line.rstrip("\n")
+        if len(line) > MAX_LINE_CHARS:
+            line = line[:MAX_LINE_CHARS] + f" [... line cut at {MAX_LINE_CHARS} chars]"
+        out.append(f"{n:6d}\t{line}")
+    return "\n".join(out)
+
+
+def file_kind(ctx: ToolContext, path: str, listing_limit: int = 0) -> tuple[str, str]:
+    """("DIR", listing) | ("FILE", "") | ("MISSING", "")."""
+    script = LISTING_SCRIPT.format(p=shlex.quote(path), limit=max(listing_limit, 1))
+    result = ctx.sandbox.exec_once(["bash", "-c", script], timeout=60)
+    kind, _, rest = result.output.partition("\n")
+    return kind.strip(), rest
+
+
+class ViewArgs(BaseModel):
+    path: str = Field(description="file or directory (relative paths are relative to the workspace)")
+    view_range: list[int] | None = Field(
+        None, min_length=2, max_length=2, description="[first, last] line numbers to show; last -1 = end of file"
+    )
+
+
+class ViewTool(Tool):
+    """Show a file with line numbers (optionally only `view_range`), or list a directory two levels
+    deep. Large files show their first lines; ask for a range to see more."""
+
+    name = "view"
+    Args = ViewArgs
+    read_only = True
+
+    def run(self, args: ViewArgs) -> ToolResult:
+        path = self.ctx.resolve(args.path)
+        kind, listing = file_kind(self.ctx, path, listing_limit=400)
+        if kind == "MISSING":
+            return _error(f"{path} does not exist")
+        if kind == "DIR":
+            entries = listing.strip().splitlines()
+            more = "\n[... listing cut at 400 entries]" if len(entries) >= 400 else ""
+            return ToolResult(output=f"{path}:\n" + "\n".join(e.removeprefix("./") for e in entries) + more)
+        try:
+            text = read_text(self.ctx, path)
+        except ValueError as exc:
+            return _error(str(exc))
+        lines = text.splitlines(keepends=True)
+        if args.view_range:
+            first, last = args.view_range
+            last = len(lines) if last == -1 else last
+            if not (1 <= first <= max(len(lines), 1)) or last < first:
+                return _error(f"view_range {args.view_range} is outside {path}, which has {len(lines)} lines")
+            return ToolResult(output=numbered(lines[first - 1 : last], first))
+        cap = self.ctx.limits.view_max_lines
+        if len(lines) > cap:
+            note = f"\n[{path} has {len(lines)} lines; showing 1-{cap}. Pass view_range to see more.]"
+            return ToolResult(output=numbered(lines[:cap], 1) + note, truncated=True)
+        return ToolResult(output=numbered(lines, 1) if lines else f"{path} is empty")
+
+
+class CreateArgs(BaseModel):
+    path: str = Field(description="file to create or overwrite")
+    file_text: str = Field(description="the complete content of the file")
+
+
+class CreateTool(Tool):
+    """Create a file with the given content (parent folders are created), or overwrite it."""
+
+    name = "create"
+    Args = CreateArgs
+
+    def run(self, args: CreateArgs) -> ToolResult:
+        path = self.ctx.resolve(args.path)
+        kind, _ = file_kind(self.ctx, path)
+        if kind == "DIR":
+            return _error(f"{path} is a directory")
+        self.ctx.sandbox.exec_once(["mkdir", "-p", posixpath.dirname(path)], timeout=30)
+        self.ctx.sandbox.write_file(path, args.file_text)
+        n = len(args.file_text.splitlines())
+        return ToolResult(output=f"{'overwrote' if kind == 'FILE' else 'created'} {path} ({n} lines)")
+
+
+def unified_diff(path: str, before: str, after: str) -> str:
+    diff = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=3
+    )
+    return "".join(line if line.endswith("\n") else line + "\n" for line in diff).rstrip("\n")
+
+
+class StrReplaceArgs(BaseModel):
+    path: str = Field(description="file to edit")
+    old_str: str = Field(min_length=1, description="exact text to replace; must occur exactly once")
+    new_str: str = Field("", description="replacement text (empty deletes old_str)")
+
+
+class StrReplaceTool(Tool):
+    """Replace the one occurrence of `old_str` in a file with `new_str`. `old_str` must match
+    exactly (whitespace and indentation included) and occur exactly once: include enough
+    surrounding lines to make it unique. Answers with a diff of the change."""
+
+    name = "str_replace"
+    Args = StrReplaceArgs
+
+    def run(self, args: StrReplaceArgs) -> ToolResult:
+        path = self.ctx.resolve(args.path)
+        try:
+            text = read_text(self.ctx, path)
+        except ValueError as exc:
+            return _error(str(exc))
+        count = text.count(args.old_str)
+        if count == 0:
+            return _error(f"old_str was not found in {path}; nothing changed." + _near_misses(text, args.old_str))
+        if count > 1:
+            starts, at = [], -1
+            while (at := text.find(args.old_str, at + 1)) != -1:
+                starts.append(str(text.count("\n", 0, at) + 1))
+            return _error(
+                f"old_str occurs {count} times in {path} (starting at lines {', '.join(starts)}); "
+                "include more surrounding lines so it matches exactly once. Nothing changed."
+            )
+        after = text.replace(args.old_str, args.new_str, 1)
+        self.ctx.sandbox.write_file(path, after)
+        return ToolResult(output=f"edited {path}:\n{unified_diff(path, text, after)}")
+
+
+def _near_misses(text: str, old: str) -> str:
+    first = next((ln.strip() for ln in old.splitlines() if ln.strip()), "")
+    if not first:
+        return ""
+    hits = [str(n) for n, ln in enumerate(text.splitlines(), 1) if first in ln][:5]
+    if not hits:
+        return " No line contains its first line either; view the file to copy the text exactly."
+    return f" Its first line appears at line(s) {', '.join(hits)}: check whitespace, indentation and the following lines."
+
+
+class InsertArgs(BaseModel):
+    path: str = Field(description="file to edit")
+    insert_line: int = Field(ge=0, description="insert after this line (0 = at the top)")
+    text: str = Field(description="text to insert")
+
+
+class InsertTool(Tool):
+    """Insert text after line `insert_line` of a file (0 inserts at the top). Answers with a diff."""
+
+    name = "insert"
+    Args = InsertArgs
+
+    def run(self, args: InsertArgs) -> ToolResult:
+        path = self.ctx.resolve(args.path)
+        try:
+            text = read_text(self.ctx, path)
+        except ValueError as exc:
+            return _error(str(exc))
+        lines = text.splitlines(keepends=True)
+        if args.insert_line > len(lines):
+            return _error(f"insert_line {args.insert_line} is past the end of {path} ({len(lines)} lines)")
+        if lines and not lines[-1].endswith("\n") and args.insert_line == len(lines):
+            lines[-1] += "\n"
+        new = args.text if args.text.endswith("\n") else args.text + "\n"
+        after = "".join(lines[: args.insert_line]) + new + "".join(lines[args.insert_line :])
+        self.ctx.sandbox.write_file(path, after)
+        return ToolResult(output=f"edited {path}:\n{unified_diff(path, text, after)}")

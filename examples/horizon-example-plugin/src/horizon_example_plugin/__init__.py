@@ -1,0 +1,1 @@
+"""An example Horizon tool plugin (see README.md)."""
