@@ -1,0 +1,126 @@
+"""Harbor task folders (Terminal-Bench 2.x/3.0, DeepSWE v1.1): task.toml, instruction.md,
+environment/, solution/solve.sh, tests/test.sh writing /logs/verifier/reward.txt or reward.json."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from evals.adapters.errors import TaskFileError, from_validation
+from evals.task import CollectHook, ImageSpec, Resources, RewardFileVerifier, ScriptSolution, Task, Timeouts
+
+NetworkMode = Literal["no-network", "public", "allowlist"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class AgentSection(_Section):
+    timeout_sec: float = Field(600.0, gt=0)
+    network_mode: NetworkMode | None = None
+
+
+class VerifierSection(_Section):
+    timeout_sec: float = Field(600.0, gt=0)
+    env: dict[str, str] = Field(default_factory=dict)
+    environment_mode: Literal["shared", "separate"] = "shared"
+    collect: list[CollectHook] = Field(default_factory=list)
+    artifacts: list[str] = Field(default_factory=list)
+    network_mode: NetworkMode | None = None
+
+
+class EnvironmentSection(_Section):
+    build_timeout_sec: float = Field(600.0, gt=0)
+    docker_image: str | None = None
+    cpus: float = Field(1.0, gt=0)
+    memory_mb: int = Field(2048, gt=0)
+    workdir: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    network_mode: NetworkMode = "no-network"
+    allow_internet: bool | None = None  # deprecated spelling of network_mode
+
+
+class TaskToml(_Section):
+    task: dict = Field(default_factory=dict)
+    metadata: dict = Field(default_factory=dict)
+    agent: AgentSection = Field(default_factory=AgentSection)
+    verifier: VerifierSection = Field(default_factory=VerifierSection)
+    environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
+    artifacts: list[str] = Field(default_factory=list)
+
+
+def is_harbor(folder: Path) -> bool:
+    return (folder / "task.toml").is_file()
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskFileError(path.name, None, f"invalid TOML: {exc}") from exc
+
+
+def _environment(folder: Path, env: EnvironmentSection) -> ImageSpec:
+    env_dir = folder / "environment"
+    if (env_dir / "Dockerfile").is_file():
+        return ImageSpec(context_dir=env_dir)
+    if env.docker_image:
+        return ImageSpec(image=env.docker_image)
+    if (env_dir / "docker-compose.yaml").is_file():
+        raise TaskFileError("environment/docker-compose.yaml", None, "compose environments are not supported")
+    raise TaskFileError("environment/Dockerfile", "environment.docker_image", "no Dockerfile and no prebuilt image")
+
+
+def load_harbor(folder: Path, task_id: str) -> Task:
+    raw = _read_toml(folder / "task.toml")
+    try:
+        spec = TaskToml(**raw)
+    except ValidationError as exc:
+        raise from_validation("task.toml", exc) from exc
+    instruction_file = folder / "instruction.md"
+    if not instruction_file.is_file():
+        raise TaskFileError("instruction.md", None, "missing: Harbor tasks carry their prompt in instruction.md")
+    instruction = instruction_file.read_text(encoding="utf-8").strip()
+    if not instruction:
+        raise TaskFileError("instruction.md", None, "empty instruction")
+    tests = folder / "tests"
+    if not (tests / "test.sh").is_file():
+        raise TaskFileError("tests/test.sh", None, "missing: Harbor tasks are graded by tests/test.sh")
+    env = spec.environment
+    network = env.network_mode != "no-network" or bool(env.allow_internet)
+    if spec.agent.network_mode is not None:
+        network = spec.agent.network_mode != "no-network"
+    verifier_image = ImageSpec(context_dir=tests) if (tests / "Dockerfile").is_file() else None
+    solve = folder / "solution"
+    solution = None
+    if (solve / "solve.sh").is_file():
+        solution = ScriptSolution(source=solve, container_dir="/solution", entry="bash /solution/solve.sh")
+    return Task(
+        id=task_id,
+        format="harbor",
+        source=folder,
+        instruction=instruction,
+        environment=_environment(folder, env),
+        workdir=env.workdir,
+        network=network,
+        env=env.env,
+        resources=Resources(cpus=env.cpus, memory_mb=env.memory_mb),
+        timeouts=Timeouts(
+            build_sec=env.build_timeout_sec, agent_sec=spec.agent.timeout_sec, verifier_sec=spec.verifier.timeout_sec
+        ),
+        verifier=RewardFileVerifier(
+            tests_dir=tests,
+            environment_mode=spec.verifier.environment_mode,
+            verifier_image=verifier_image,
+            env=spec.verifier.env,
+            collect=spec.verifier.collect,
+            artifacts=spec.verifier.artifacts or spec.artifacts,
+        ),
+        solution=solution,
+        terminal=True,
+        metadata={"task": spec.task, **spec.metadata},
+    )

@@ -1,0 +1,69 @@
+"""`horizon eval PATH ...` and `horizon eval validate PATH`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "eval",
+        help="run an agent over Terminal-Bench, SWE-style or CyberGym-style tasks (or `eval validate PATH`)",
+        description="Run an agent over a task suite, or `horizon eval validate PATH` to check that the "
+        "oracle solves every task and nop none. Formats are detected per task.",
+    )
+    p.add_argument("path", nargs="+", metavar="[validate] PATH", help="task folder, suite folder or SWE-bench JSON/JSONL")
+    p.add_argument("--agent", choices=["horizon", "oracle", "nop"], default="oracle")
+    p.add_argument("--model", help="model backend spec for --agent horizon (replay:FILE, openai:URL, embedded:PATH)")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="trials run in parallel (default 1)")
+    p.add_argument("--out", type=Path, help="output folder (default eval-out/<agent>-<time>)")
+    p.add_argument("--attempts", type=int, default=1, help="attempts per task, for pass@k (default 1)")
+    p.add_argument("--timeout-multiplier", type=float, default=1.0, help="scales every task timeout")
+    p.add_argument("--filter", action="append", default=[], metavar="GLOB", help="only task ids matching GLOB (repeatable)")
+    p.add_argument("--resume", action="store_true", help="skip trials already in OUT/results.jsonl")
+    p.add_argument("--config", type=Path, help="eval config TOML (engines, image substitutions, retries, agent)")
+    p.add_argument("--quiet", action="store_true", help="no live progress")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    from evals.config import ConfigError, load_config
+    from evals.runner import ResultsExist, RunOptions, render_table, run_eval
+    from evals.validate import validate_suite
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"horizon eval: {exc}", file=sys.stderr)
+        return 2
+    validate = args.path[0] == "validate" and len(args.path) == 2
+    if len(args.path) != 1 and not validate:
+        print("horizon eval: expected PATH or `validate PATH`", file=sys.stderr)
+        return 2
+    path = Path(args.path[-1])
+    if not path.exists():
+        print(f"horizon eval: no such path: {path}", file=sys.stderr)
+        return 2
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    if validate:
+        out = args.out or Path("eval-out") / f"validate-{stamp}"
+        report = validate_suite(path, out, jobs=args.jobs, config=config, filters=args.filter, progress=not args.quiet)
+        print(report.render())
+        print(f"results: {out}")
+        return 0 if report.valid else 1
+    options = RunOptions(agent=args.agent, model=args.model, jobs=args.jobs, out_dir=args.out or Path("eval-out") / f"{args.agent}-{stamp}",
+                         attempts=args.attempts, timeout_multiplier=args.timeout_multiplier, filters=args.filter,
+                         resume=args.resume, progress=not args.quiet)
+    try:
+        summary = run_eval(path, options, config)
+    except (ResultsExist, ValueError) as exc:
+        print(f"horizon eval: {exc}", file=sys.stderr)
+        return 2
+    print(render_table(summary))
+    print(f"results: {options.out_dir / 'results.jsonl'}  summary: {options.out_dir / 'summary.json'}")
+    return 0

@@ -1,0 +1,54 @@
+"""Eval runner configuration (a TOML file, validated at the edge).
+
+    max_infra_retries = 2          # retries of a trial after an infrastructure error
+    [images]                       # base-image substitutions (see evals/images.py)
+    "python:*" = "horizon/base:bookworm"
+    [[engines]]                    # tasks are spread round-robin over these Docker engines
+    name = "local"
+    docker_host = "unix:///var/run/docker.sock"
+    [agent]                        # AgentConfig overrides for the horizon agent
+    max_steps = 100
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sandbox import BASE_IMAGE
+
+
+class EngineConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = "local"
+    docker_host: str | None = None  # None: $DOCKER_HOST or the default socket
+
+
+class EvalConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    engines: list[EngineConfig] = Field(default_factory=lambda: [EngineConfig()], min_length=1)
+    images: dict[str, str] = Field(default_factory=dict)
+    max_infra_retries: int = Field(2, ge=0, le=10)
+    base_image: str = BASE_IMAGE
+    agent: dict = Field(default_factory=dict)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def load_config(path: Path | None) -> EvalConfig:
+    if path is None:
+        return EvalConfig()
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the eval config: {exc}") from exc
+    try:
+        return EvalConfig(**raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"{path}: field {field!r}: {err['msg']} (got {err.get('input')!r})") from exc

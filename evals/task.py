@@ -1,0 +1,196 @@
+"""The one task schema every adapter produces.
+
+A `Task` says what image to start (prebuilt or built from a context), what the agent is told, how long
+each phase may take, what the network policy is, how the result is graded (`verifier`) and how the
+reference solution is applied (`solution`, used by the oracle agent). Adapters for Terminal-Bench 1.x,
+Harbor (TB 2.x/3.0, DeepSWE), SWE-bench instances and CyberGym-style tasks fill it in; the runner
+never looks at the original files again except through paths recorded here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TaskFormat = Literal["tb1", "harbor", "swe", "cybergym"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ImageSpec(_Model):
+    """How to obtain an image: a prebuilt tag, or a build context assembled from files.
+
+    The build context is `context_dir` (copied), plus `copy_files` (name in context -> host path),
+    plus `generated_files` (name in context -> text, e.g. a generated Dockerfile), in that order.
+    """
+
+    image: str | None = None
+    context_dir: Path | None = None
+    dockerfile: str = "Dockerfile"
+    copy_files: dict[str, Path] = Field(default_factory=dict)
+    generated_files: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def prebuilt(self) -> bool:
+        return self.image is not None and self.context_dir is None and not self.generated_files
+
+
+class Resources(_Model):
+    cpus: float = Field(1.0, gt=0)
+    memory_mb: int = Field(2048, gt=0)
+    pids_limit: int = Field(1024, gt=0)
+
+
+class Timeouts(_Model):
+    build_sec: float = Field(600.0, gt=0)
+    agent_sec: float = Field(360.0, gt=0)
+    verifier_sec: float = Field(60.0, gt=0)
+
+    def scaled(self, factor: float) -> "Timeouts":
+        return Timeouts(
+            build_sec=self.build_sec * factor,
+            agent_sec=self.agent_sec * factor,
+            verifier_sec=self.verifier_sec * factor,
+        )
+
+
+# ---- verifiers -------------------------------------------------------------------------------
+
+
+class PytestSummaryVerifier(_Model):
+    """TB1: copy run-tests.sh and tests/ to /tests, run it, parse pytest's short test summary."""
+
+    kind: Literal["tb1-pytest"] = "tb1-pytest"
+    run_tests: Path
+    tests_dir: Path | None = None
+
+
+class CollectHook(_Model):
+    command: str
+    timeout_sec: float = 300.0
+
+
+class RewardFileVerifier(_Model):
+    """Harbor: run tests/test.sh, read /logs/verifier/reward.json or reward.txt.
+
+    `separate` mode grades in a fresh container (built from tests/Dockerfile when present) that
+    only receives /logs/artifacts from the agent's container, after the collect hooks ran there.
+    """
+
+    kind: Literal["harbor-reward"] = "harbor-reward"
+    tests_dir: Path
+    environment_mode: Literal["shared", "separate"] = "shared"
+    verifier_image: ImageSpec | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    collect: list[CollectHook] = Field(default_factory=list)
+    artifacts: list[str] = Field(default_factory=list)
+
+
+class SweVerifier(_Model):
+    """SWE-bench/DeepSWE: grade the agent's diff from `base_commit` in a fresh container."""
+
+    kind: Literal["swe"] = "swe"
+    repo_dir: str
+    base_commit: str
+    test_patch: str
+    fail_to_pass: list[str]
+    pass_to_pass: list[str]
+    test_command: str = "python3 -m pytest -rA -p no:cacheprovider"
+
+
+class PocVerifier(_Model):
+    """CyberGym: run the agent's PoC against sanitizer builds of the vulnerable and fixed program."""
+
+    kind: Literal["cybergym"] = "cybergym"
+    poc_path: str
+    grader_image: ImageSpec
+    vulnerable_cmd: list[str]
+    fixed_cmd: list[str]
+    run_timeout_sec: float = 10.0
+
+
+Verifier = Annotated[
+    Union[PytestSummaryVerifier, RewardFileVerifier, SweVerifier, PocVerifier],
+    Field(discriminator="kind"),
+]
+
+# ---- reference solutions (used by the oracle agent) -----------------------------------------
+
+
+class ScriptSolution(_Model):
+    """A shell script (TB1 solution.sh, Harbor solution/) run in the agent's terminal."""
+
+    kind: Literal["script"] = "script"
+    source: Path  # a file, or a folder copied whole
+    container_dir: str
+    entry: str
+
+
+class KeystrokeStep(_Model):
+    command: str
+    min_timeout_sec: float = 0.1
+    block: bool = False
+    append_enter: bool = False
+
+
+class KeystrokeSolution(_Model):
+    """TB1 solution.yaml: keystrokes typed into the agent's tmux session, step by step."""
+
+    kind: Literal["keystrokes"] = "keystrokes"
+    steps: list[KeystrokeStep]
+
+
+class PatchSolution(_Model):
+    kind: Literal["patch"] = "patch"
+    patch: str
+    repo_dir: str
+
+
+class PocSolution(_Model):
+    kind: Literal["poc"] = "poc"
+    file: Path
+    dest: str
+
+
+Solution = Annotated[
+    Union[ScriptSolution, KeystrokeSolution, PatchSolution, PocSolution],
+    Field(discriminator="kind"),
+]
+
+
+class Task(_Model):
+    id: str
+    format: TaskFormat
+    source: Path
+    instruction: str = Field(min_length=1)
+    environment: ImageSpec
+    workdir: str | None = None  # None: the image's WORKDIR
+    network: bool = False
+    env: dict[str, str] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    verifier: Verifier
+    solution: Solution | None = None
+    terminal: bool = False  # Terminal-Bench: the agent acts through a tmux session
+    metadata: dict[str, object] = Field(default_factory=dict)
+
+
+class TaskLoadError(_Model):
+    """A task folder or instance that could not be loaded: which file, which field, what was wrong."""
+
+    id: str
+    source: Path
+    file: str
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}" + (f" [{self.field}]" if self.field else "")
+        return f"{self.id}: {where}: {self.message}"
+
+
+TaskOrError = Union[Task, TaskLoadError]

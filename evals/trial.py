@@ -1,0 +1,182 @@
+"""One trial: build the image, start the sandbox, run the agent, grade, clean up.
+
+Each phase has its own budget from the task (times `--timeout-multiplier`). The build and the
+verifier are infrastructure: their failures become `status="error"` with an error class, which the
+runner retries. The agent is not: an agent that times out is still graded, as Terminal-Bench does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from evals.agents.base import AgentContext, AgentOutcome, EvalAgent
+from evals.graders.base import Grade, GradeContext, VerifierCrashed, grade_task
+from evals.images import ImageBuilder, ImageUnavailable
+from evals.results import TrialResult
+from evals.task import Task
+from evals.tmux import TerminalError, TmuxSession
+from sandbox import Sandbox, SandboxConfig, SandboxError
+
+LOG_DIRS = "/logs/agent /logs/verifier /logs/artifacts /agent-logs"
+GRACE_SEC = 30.0
+
+
+class PhaseTimeout(RuntimeError):
+    pass
+
+
+class InfraError(RuntimeError):
+    def __init__(self, error_class: str, message: str):
+        super().__init__(message)
+        self.error_class = error_class
+
+
+def run_with_timeout(fn, seconds: float, phase: str):
+    """Run `fn` in a daemon thread; raise PhaseTimeout when it overruns (the thread is abandoned and
+    ends when its sandbox is closed)."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # re-raised in the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name=f"trial-{phase}", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise PhaseTimeout(f"{phase} phase exceeded {seconds:.0f}s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+@dataclass
+class Engine:
+    """One Docker engine the runner may place sandboxes on."""
+
+    name: str
+    docker_host: str | None
+    client: object
+    builder: ImageBuilder
+
+
+def aux_images(task: Task) -> list:
+    v = task.verifier
+    specs = [getattr(v, "verifier_image", None), getattr(v, "grader_image", None)]
+    return [s for s in specs if s is not None]
+
+
+class Trial:
+    def __init__(self, task: Task, agent: EvalAgent, engine: Engine, trial_dir: Path, attempt: int,
+                 timeout_multiplier: float = 1.0, run_label: str = "eval"):
+        self.task, self.agent, self.engine = task, agent, engine
+        self.trial_dir, self.attempt = trial_dir, attempt
+        self.timeouts = task.timeouts.scaled(timeout_multiplier)
+        self.run_label = run_label
+        self.phase_seconds: dict[str, float] = {}
+        self.notes: list[str] = []
+
+    def _config(self, image: str, workdir: str, env: dict[str, str] | None = None, network: bool = False,
+                memory_mb: int | None = None) -> SandboxConfig:
+        r = self.task.resources
+        return SandboxConfig(
+            image=image, workdir=workdir, network=network, env=env or {},
+            memory=f"{memory_mb or r.memory_mb}m", cpus=r.cpus, pids_limit=r.pids_limit,
+            labels={"dev.horizon.eval.task": self.task.id[:60], "dev.horizon.eval.run": self.run_label[:60]},
+            docker_host=self.engine.docker_host,
+        )
+
+    def _workdir(self, tag: str) -> str:
+        if self.task.workdir:
+            return self.task.workdir
+        workdir = (self.engine.client.images.get(tag).attrs.get("Config") or {}).get("WorkingDir")
+        return workdir or "/"
+
+    def _build(self) -> str:
+        def build():
+            tag, notes = self.engine.builder.ensure(self.task.environment, self.task.id)
+            for spec in aux_images(self.task):
+                notes += self.engine.builder.ensure(spec, f"{self.task.id}-verifier")[1]
+            return tag, notes
+
+        started = time.monotonic()
+        try:
+            tag, notes = run_with_timeout(build, self.timeouts.build_sec, "build")
+        except ImageUnavailable as exc:
+            raise InfraError("image_unavailable", str(exc)) from exc
+        except Exception as exc:  # whatever stops a build is the infrastructure's problem
+            raise InfraError("build_failed", f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            self.phase_seconds["build"] = time.monotonic() - started
+        self.notes += notes
+        return tag
+
+    def _open_sandbox(self, image: str, workdir: str | None = None, env: dict[str, str] | None = None):
+        """A fresh no-network sandbox for grading (verifier, PoC runs)."""
+        return Sandbox.start(self._config(image, workdir or self._workdir(image), env=env))
+
+    def _run_agent(self, sb, workdir: str) -> AgentOutcome:
+        terminal = None
+        if self.task.terminal:
+            terminal = TmuxSession(sb, "agent", workdir).start()
+        ctx = AgentContext(task=self.task, sandbox=sb, terminal=terminal,
+                           deadline=time.monotonic() + self.timeouts.agent_sec, log_dir=self.trial_dir,
+                           workdir=workdir)
+        started = time.monotonic()
+        try:
+            return run_with_timeout(lambda: self.agent.run(ctx), self.timeouts.agent_sec + GRACE_SEC, "agent")
+        except PhaseTimeout:
+            return AgentOutcome(finish_reason="timeout")
+        finally:
+            self.phase_seconds["agent"] = time.monotonic() - started
+            if terminal is not None:
+                with contextlib.suppress(Exception):
+                    (self.trial_dir / "post-agent-pane.txt").write_text(terminal.capture(True), encoding="utf-8")
+
+    def _grade(self, sb, tag: str) -> Grade:
+        ctx = GradeContext(task=self.task, sandbox=sb, timeout=self.timeouts.verifier_sec, env_image=tag,
+                           builder=self.engine.builder, open_sandbox=self._open_sandbox, trial_dir=self.trial_dir)
+        started = time.monotonic()
+        try:
+            return run_with_timeout(lambda: grade_task(ctx), self.timeouts.verifier_sec * 2 + 120, "verifier")
+        except (VerifierCrashed, PhaseTimeout) as exc:
+            raise InfraError("verifier_crashed", str(exc)) from exc
+        finally:
+            self.phase_seconds["verifier"] = time.monotonic() - started
+
+    def run(self) -> TrialResult:
+        self.trial_dir.mkdir(parents=True, exist_ok=True)
+        started_at = time.time()
+        outcome = AgentOutcome()
+        try:
+            tag = self._build()
+            workdir = self._workdir(tag)
+            config = self._config(tag, workdir, env=self.task.env, network=self.task.network)
+            with Sandbox.start(config) as sb:
+                sb.exec_once(["bash", "-c", f"mkdir -p {LOG_DIRS} {workdir}"], timeout=30)
+                outcome = self._run_agent(sb, workdir)
+                grade = self._grade(sb, tag)
+        except InfraError as exc:
+            return self._result(started_at, "error", outcome, error_class=exc.error_class, error=str(exc))
+        except (SandboxError, TerminalError) as exc:
+            return self._result(started_at, "error", outcome, error_class="sandbox_error", error=f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a harness bug or an engine API error: kept apart from agent failures
+            return self._result(started_at, "error", outcome, error_class="internal_error", error=f"{type(exc).__name__}: {exc}")
+        status = "resolved" if grade.resolved else "failed"
+        agent_reason = outcome.error or (None if grade.resolved else grade.reason)
+        return self._result(started_at, status, outcome, reward=grade.reward, details=grade.details,
+                            error_class=("agent_error" if outcome.error else None), error=agent_reason)
+
+    def _result(self, started_at: float, status: str, outcome: AgentOutcome, **fields) -> TrialResult:
+        return TrialResult(
+            task_id=self.task.id, format=self.task.format, agent=self.agent.name, attempt=self.attempt,
+            status=status, agent_timed_out=outcome.finish_reason == "timeout", started_at=started_at,
+            finished_at=time.time(), phase_seconds={k: round(v, 3) for k, v in self.phase_seconds.items()},
+            tokens=outcome.tokens, notes=self.notes, trajectory=outcome.trajectory, **fields,
+        )
