@@ -15,7 +15,7 @@ import re
 import shlex
 
 from evals.graders.base import Grade, GradeContext, VerifierCrashed
-from evals.graders.pytest_summary import SummaryMissing, TestStatus, parse_short_summary
+from evals.graders.pytest_summary import SummaryMissing, Outcome, parse_short_summary
 
 EXCLUDES = "':(exclude)**/__pycache__/**' ':(exclude)*.pyc' ':(exclude).pytest_cache/**'"
 _DIFF_PATHS = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
@@ -71,7 +71,7 @@ def grade(ctx: GradeContext) -> Grade:
         statuses = {} if run.timed_out else parse_short_summary(run.output)
     except SummaryMissing:
         statuses = {}
-    passed = {t for t, s in statuses.items() if s == TestStatus.PASSED}
+    passed = {t for t, s in statuses.items() if s == Outcome.PASSED}
     f2p_failed = [t for t in v.fail_to_pass if t not in passed]
     p2p_failed = [t for t in v.pass_to_pass if t not in passed]
     resolved = bool(v.fail_to_pass) and not f2p_failed and not p2p_failed
