@@ -37,6 +37,7 @@ class BatchJob(BaseModel):
     setup: list[str] = Field(default_factory=list, description="commands run before the agent")
     test: str | None = Field(default=None, description="command whose exit code decides fixed/tests-failed")
     limits: JobLimits = Field(default_factory=JobLimits)
+    model: str | None = Field(default=None, description="model spec for this job (default: --model)")
 
     @field_validator("id")
     @classmethod
@@ -83,6 +84,7 @@ class JobsFile(BaseModel):
     jobs: list[BatchJob]
     errors: list[JobLineError]
     base_dir: Path
+    lines: dict[str, int] = {}  # job id -> its line in the file
 
 
 def load_jobs(path: Path) -> JobsFile:
@@ -119,7 +121,7 @@ def load_jobs(path: Path) -> JobsFile:
             continue
         seen[job.id] = number
         jobs.append(_resolved(job, base_dir))
-    return JobsFile(jobs=jobs, errors=errors, base_dir=base_dir)
+    return JobsFile(jobs=jobs, errors=errors, base_dir=base_dir, lines=seen)
 
 
 def _line_errors(number: int, exc: ValidationError, job_id: str | None) -> list[JobLineError]:

@@ -29,6 +29,7 @@ class JobResult(BaseModel):
     cached_tokens: int = 0
     completion_tokens: int = 0
     duration_s: float = 0.0
+    base_commit: str | None = None
     branch: str | None = None
     finish_summary: str | None = None
 

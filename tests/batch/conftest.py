@@ -1,38 +1,12 @@
-"""Fixtures for the batch tests: small real git repositories."""
+"""Fixtures for the batch tests."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@t",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@t",
-}
-
-
-def git(repo: Path, *args: str) -> str:
-    import os
-
-    proc = subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, env={**os.environ, **GIT_ENV}, check=True
-    )
-    return proc.stdout.strip()
-
-
-def make_repo(path: Path, files: dict[str, str]) -> Path:
-    path.mkdir(parents=True)
-    git(path, "init", "-q", "-b", "main")
-    for name, text in files.items():
-        (path / name).parent.mkdir(parents=True, exist_ok=True)
-        (path / name).write_text(text)
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "initial")
-    return path
+from .helpers import BUGGY_CALC, CALC_TEST, git, make_repo
 
 
 @pytest.fixture
@@ -43,3 +17,11 @@ def git_cmd():
 @pytest.fixture
 def small_repo(tmp_path: Path) -> Path:
     return make_repo(tmp_path / "calc", {"calc.py": "def add(a, b):\n    return a - b\n"})
+
+
+@pytest.fixture
+def calc_repo_factory(tmp_path: Path):
+    def make(name: str) -> Path:
+        return make_repo(tmp_path / "repos" / name, {"calc.py": BUGGY_CALC, "test_calc.py": CALC_TEST})
+
+    return make

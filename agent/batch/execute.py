@@ -1,0 +1,171 @@
+"""One job, start to finish: clone, sandbox, setup, agent, patch, test, classify.
+
+A job never raises: whatever goes wrong becomes an `error` result with the reason. The job's own
+wall-clock limit is enforced from outside the agent by a watchdog that interrupts the agent and
+kills the sandbox, so a tool stuck in a long command cannot hold the job past its limit.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Callable
+
+from agent.backends import make_backend
+from agent.batch.jobs import BatchJob
+from agent.batch.layout import JobPaths
+from agent.batch.results import JobResult, classify
+from agent.batch.workspace import JobWorkspace, WorkspaceError, prepare_workspace
+from agent.config import AgentConfig
+from agent.events import RunStart
+from agent.loop import Agent, RunResult
+from agent.tools import ToolSet, builtin_tools
+from agent.trajectory import TrajectoryWriter
+
+WORKDIR = "/workspace"
+
+
+@dataclass
+class JobSettings:
+    """Batch-wide settings every job starts from (a job's `limits` override them)."""
+
+    model: str | None
+    config: AgentConfig
+    base_dir: Path
+    default_timeout_s: float | None = None
+    sandbox_factory: Callable[[Path], AbstractContextManager] | None = None  # workspace -> started sandbox
+
+
+class JobAborted(Exception):
+    """The whole batch is stopping (Ctrl-C / SIGTERM): the job is left unrecorded so --resume reruns it."""
+
+
+@dataclass
+class JobHandle:
+    """What the watchdog and a batch-wide stop need to reach inside a running job."""
+
+    job_id: str
+    agent: Agent | None = None
+    sandbox: object = None
+    timed_out: bool = False
+    aborted: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def stop(self, *, timeout: bool) -> None:
+        with self.lock:
+            if timeout:
+                self.timed_out = True
+            else:
+                self.aborted = True
+            if self.agent is not None:
+                self.agent.interrupt()
+            if self.sandbox is not None:
+                try:
+                    self.sandbox.close()  # kills whatever the agent's tool was running
+                except Exception:
+                    pass
+
+
+def run_job(job: BatchJob, settings: JobSettings, paths: JobPaths, handle: JobHandle) -> JobResult:
+    started = time.monotonic()
+    paths.fresh()
+    timeout = job.limits.timeout_s or settings.default_timeout_s
+    watchdog = threading.Timer(timeout, handle.stop, kwargs={"timeout": True}) if timeout else None
+    workspace: JobWorkspace | None = None
+    outcome = _Outcome()
+    try:
+        workspace = prepare_workspace(job)
+        if watchdog:
+            watchdog.start()
+        with settings.sandbox_factory(workspace.path) as sandbox:
+            with handle.lock:
+                handle.sandbox = sandbox
+            _run_in_sandbox(job, settings, paths, handle, sandbox, outcome)
+    except WorkspaceError as exc:
+        outcome.error = f"preparing the repository failed: {exc}"
+    except Exception as exc:  # sandbox start failures, a sandbox killed by the watchdog, ...
+        if not (handle.timed_out or handle.aborted):
+            outcome.error = f"{type(exc).__name__}: {exc}"
+    finally:
+        if watchdog:
+            watchdog.cancel()
+    if handle.aborted:
+        if workspace is not None:
+            workspace.remove()
+        raise JobAborted(job.id)
+    if handle.timed_out:
+        outcome.error = f"timed out after {timeout:g}s"
+    patch = ""
+    if workspace is not None:  # read on the host: works even when the watchdog killed the sandbox
+        try:
+            patch = workspace.diff()
+        except WorkspaceError as exc:
+            outcome.error = outcome.error or f"reading the patch failed: {exc}"
+        workspace.remove()
+    paths.patch.write_text(patch, encoding="utf-8")
+    status, reason = classify(patch, outcome.test_exit_code, outcome.error)
+    run = outcome.run
+    result = JobResult(
+        id=job.id,
+        status=status,
+        reason=reason,
+        patch_lines=patch.count("\n"),
+        test_exit_code=outcome.test_exit_code,
+        steps=run.steps if run else 0,
+        prompt_tokens=run.usage.prompt_tokens if run else 0,
+        cached_tokens=run.usage.cached_tokens if run else 0,
+        completion_tokens=run.usage.completion_tokens if run else 0,
+        duration_s=round(time.monotonic() - started, 3),
+        finish_summary=run.summary if run else None,
+        base_commit=workspace.base_commit if workspace else None,
+    )
+    return result
+
+
+@dataclass
+class _Outcome:
+    run: RunResult | None = None
+    test_exit_code: int | None = None
+    error: str | None = None
+
+
+def _run_in_sandbox(job, settings, paths, handle, sandbox, outcome: _Outcome) -> None:
+    for command in job.setup:
+        result = sandbox.exec(command, timeout=job.limits.test_timeout_s)
+        if result.exit_code != 0:
+            tail = result.output.strip()[-300:]
+            outcome.error = f"setup command {command!r} exited with {result.exit_code}: {tail}"
+            return
+    config = _job_config(settings.config, job)
+    task = job.task_text(settings.base_dir)
+    model = job.model or settings.model
+    with TrajectoryWriter(paths.trajectory) as trajectory:
+        trajectory(RunStart(task=task, model=model, settings={"job": job.model_dump(), **config.model_dump()}))
+        tools = ToolSet(builtin_tools(sandbox, config.tools))
+        agent = Agent(config, make_backend(model, config), tools, on_event=trajectory)
+        with handle.lock:
+            if handle.timed_out or handle.aborted:
+                return
+            handle.agent = agent
+        outcome.run = agent.run(task)
+    if handle.timed_out or handle.aborted:
+        return
+    if outcome.run.reason == "error":
+        outcome.error = f"agent error: {outcome.run.summary}"
+        return
+    if job.test:
+        test = sandbox.exec(job.test, timeout=job.limits.test_timeout_s)
+        paths.test_log.write_text(f"$ {job.test}\n{test.output}\n[exit {test.exit_code}]\n", encoding="utf-8")
+        outcome.test_exit_code = 124 if test.timed_out else test.exit_code
+
+
+def _job_config(base: AgentConfig, job: BatchJob) -> AgentConfig:
+    overrides = {}
+    if job.limits.max_steps is not None:
+        overrides["max_steps"] = job.limits.max_steps
+    if job.limits.max_tokens is not None:
+        overrides["token_budget"] = job.limits.max_tokens
+    return base.model_copy(update=overrides, deep=True)

@@ -1,0 +1,119 @@
+"""The batch: a pool of `-j N` workers over the jobs, results appended as each job ends.
+
+Stopping (Ctrl-C, SIGTERM) interrupts the running jobs and records none of them, so `--resume`
+reruns exactly the jobs that had not finished.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import TextIO
+
+from agent.batch.branches import BranchError, commit_patch_to_branch
+from agent.batch.execute import JobAborted, JobHandle, JobSettings, run_job
+from agent.batch.jobs import BatchJob, JobLineError
+from agent.batch.layout import BatchLayout
+from agent.batch.results import JobResult, ResultsLog
+from agent.batch.summary import BatchSummary, dump, render, summarize
+
+
+class BatchRunner:
+    def __init__(
+        self,
+        jobs: list[BatchJob],
+        invalid: list[JobLineError],
+        settings: JobSettings,
+        out_dir: Path,
+        *,
+        concurrency: int = 1,
+        resume: bool = False,
+        branch_prefix: str | None = None,
+        progress: TextIO = sys.stderr,
+    ):
+        self.layout = BatchLayout(Path(out_dir))
+        self.layout.root.mkdir(parents=True, exist_ok=True)
+        self.log = ResultsLog(self.layout.results)
+        if not resume and self.log.read():
+            raise FileExistsError(f"{self.layout.results} already has results: pass --resume or another --out")
+        done = self.log.finished_ids() if resume else set()
+        self.skipped = [job.id for job in jobs if job.id in done]
+        self.jobs = [job for job in jobs if job.id not in done]
+        self.invalid = invalid
+        self.settings = settings
+        self.concurrency = max(1, concurrency)
+        self.branch_prefix = branch_prefix
+        self.progress = progress
+        self.handles: dict[str, JobHandle] = {}
+        self._stopping = threading.Event()
+        self._done = 0
+        self._count_lock = threading.Lock()
+
+    def run(self) -> BatchSummary:
+        started = time.monotonic()
+        self.layout.invalid_jobs.write_text(
+            "[\n" + ",\n".join(e.model_dump_json() for e in self.invalid) + "\n]\n", encoding="utf-8"
+        )
+        for error in self.invalid:
+            self._say(f"invalid job: {error}")
+        if self.skipped:
+            self._say(f"resume: skipping {len(self.skipped)} finished jobs")
+        self._say(f"running {len(self.jobs)} jobs, {self.concurrency} at a time -> {self.layout.root}")
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="horizon-job") as pool:
+            pending: set[Future] = {pool.submit(self._one, job) for job in self.jobs}
+            try:
+                while pending:
+                    _, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            except KeyboardInterrupt:
+                self.stop()
+                for future in pending:
+                    future.cancel()
+                raise
+        summary = summarize(self.log.read(), self.invalid, time.monotonic() - started)
+        self.layout.summary.write_text(dump(summary), encoding="utf-8")
+        self._say(render(summary))
+        return summary
+
+    def stop(self) -> None:
+        """Interrupt every running job; none of them is recorded."""
+        self._stopping.set()
+        for handle in list(self.handles.values()):
+            handle.stop(timeout=False)
+
+    def _one(self, job: BatchJob) -> JobResult | None:
+        if self._stopping.is_set():
+            return None
+        handle = self.handles[job.id] = JobHandle(job.id)
+        self._say(f"start {job.id}")
+        try:
+            result = run_job(job, self.settings, self.layout.job(job.id), handle)
+        except JobAborted:
+            self._say(f"stopped {job.id} (not recorded; --resume reruns it)")
+            return None
+        finally:
+            self.handles.pop(job.id, None)
+        if self.branch_prefix and result.status == "fixed" and job.is_local:
+            result = self._commit_branch(job, result)
+        self.layout.job(job.id).result.write_text(result.model_dump_json(indent=2), encoding="utf-8")
+        self.log.append(result)
+        with self._count_lock:
+            self._done += 1
+        reason = f": {result.reason}" if result.reason else ""
+        self._say(f"[{self._done}/{len(self.jobs)}] {job.id} {result.status}{reason} ({result.duration_s:.1f}s)")
+        return result
+
+    def _commit_branch(self, job: BatchJob, result: JobResult) -> JobResult:
+        patch = self.layout.job(job.id).patch.read_text(encoding="utf-8")
+        branch = f"{self.branch_prefix}{job.id}"
+        try:
+            commit_patch_to_branch(Path(job.repo), result.base_commit, branch, patch, f"{job.id}: fix by horizon batch")
+        except BranchError as exc:
+            return result.model_copy(update={"reason": f"fixed, but committing the branch failed: {exc}"})
+        return result.model_copy(update={"branch": branch})
+
+    def _say(self, line: str) -> None:
+        print(line, file=self.progress, flush=True)
+
