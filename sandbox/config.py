@@ -1,0 +1,140 @@
+"""SandboxConfig and Mount: validated at the edge, so a bad value fails before any container exists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from sandbox.constants import BASE_IMAGE
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.I)
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+MIN_MEMORY = 6 * 1024**2  # Docker refuses less than 6 MiB
+
+
+def parse_size(value: int | str, field: str) -> int:
+    """'512m', '1g', '1.5GiB' or a byte count -> bytes."""
+    if isinstance(value, bool):
+        raise ValueError(f"{field}: expected a size like '512m' or a byte count, got {value!r}")
+    if isinstance(value, int):
+        return value
+    m = _SIZE.match(str(value))
+    if not m:
+        raise ValueError(f"{field}: expected a size like '512m', '1g' or a byte count, got {value!r}")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def format_size(n: int) -> str:
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size:
+            value = n / size
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def _absolute(value: str, field: str) -> str:
+    if not value or not PurePosixPath(value).is_absolute():
+        raise ValueError(f"{field}: expected an absolute path, got {value!r}")
+    return value
+
+
+class Mount(BaseModel):
+    """A host path made visible in the sandbox. Nothing of the host is mounted unless listed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    source: str
+    target: str
+    read_only: bool = False
+
+    @field_validator("source")
+    @classmethod
+    def _source_absolute(cls, v: str) -> str:
+        return _absolute(v, "source")
+
+    @field_validator("target")
+    @classmethod
+    def _target_absolute(cls, v: str) -> str:
+        return _absolute(v, "target")
+
+
+class SandboxConfig(BaseModel):
+    """How to start one sandbox. Defaults are the locked-down ones: no network, limits on."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+    image: str = BASE_IMAGE
+    workdir: str = "/workspace"
+    env: dict[str, str] = Field(default_factory=dict)
+    network: bool = False
+    memory: int | str = "1g"  # normalized to bytes
+    cpus: float = 1.0
+    pids_limit: int = 512
+    user: str | None = None  # "name", "uid" or "uid:gid"; None = the image's user
+    read_only_root: bool = False  # with a writable workdir and /tmp (tmpfs) unless a mount covers them
+    mounts: list[Mount] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    docker_host: str | None = None  # None: docker.from_env(); else a base_url such as unix:///... or tcp://...
+    output_limit: int = 100_000  # bytes of output kept per command (head + tail)
+    command_timeout: float = 120.0  # seconds, when exec() is given no timeout
+    start_timeout: float = 60.0  # seconds for the container and its shell to come up
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        if not v or v.strip() != v or " " in v:
+            raise ValueError(f"image: expected an image reference like {BASE_IMAGE!r}, got {v!r}")
+        return v
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, v: str) -> str:
+        return _absolute(v, "workdir")
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: int | str) -> int:
+        n = parse_size(v, "memory")
+        if n < MIN_MEMORY:
+            raise ValueError(f"memory: expected at least 6 MiB (Docker's minimum), got {v!r}")
+        return n
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError(f"cpus: expected a positive number of CPUs, got {v!r}")
+        return v
+
+    @field_validator("pids_limit")
+    @classmethod
+    def _pids(cls, v: int) -> int:
+        if v < 16:
+            raise ValueError(f"pids_limit: expected at least 16 (the shell needs a few processes), got {v!r}")
+        return v
+
+    @field_validator("output_limit")
+    @classmethod
+    def _output_limit(cls, v: int) -> int:
+        if v < 256:
+            raise ValueError(f"output_limit: expected at least 256 bytes, got {v!r}")
+        return v
+
+    @field_validator("command_timeout", "start_timeout")
+    @classmethod
+    def _timeouts(cls, v: float, info) -> float:
+        if not v > 0:
+            raise ValueError(f"{info.field_name}: expected a positive number of seconds, got {v!r}")
+        return v
+
+    @field_validator("env", "labels")
+    @classmethod
+    def _names(cls, v: dict[str, str], info) -> dict[str, str]:
+        for key in v:
+            if not key or "=" in key or "\0" in key:
+                raise ValueError(f"{info.field_name}: invalid name {key!r} (empty, or contains '=' or NUL)")
+        return v
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.memory)

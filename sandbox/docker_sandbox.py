@@ -1,0 +1,256 @@
+"""Sandbox: one locked-down Docker container with a persistent shell, files in and out."""
+
+from __future__ import annotations
+
+import atexit
+import posixpath
+import secrets
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+
+from sandbox import files
+from sandbox.attached import AttachedProcess, StreamClosed
+from sandbox.capture import HeadTailBuffer, render_output
+from sandbox.config import SandboxConfig, format_size
+from sandbox.constants import LABEL_KEY, RUN_LABEL_KEY, run_id
+from sandbox.docker_client import connect
+from sandbox.errors import ContainerDied, ImageNotFound, SandboxClosed, SandboxError, SandboxTimeout
+from sandbox.result import ExecResult
+from sandbox.shell import SHELL_ARGV, PersistentShell, ShellDied
+from sandbox.shell_protocol import SPOOL_DIR
+
+# The few capabilities a root shell needs to manage files and its own processes.
+CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE"]
+
+_open_sandboxes: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    for sb in list(_open_sandboxes):
+        sb.close()
+
+
+class Sandbox:
+    """Use `Sandbox.start(config)` as a context manager; close() always removes the container."""
+
+    def __init__(self, config: SandboxConfig, client, container):
+        self.config = config
+        self._client = client
+        self._container = container
+        self.container_id: str = container.id
+        self._lock = threading.RLock()
+        self._shell: PersistentShell | None = None
+        self._closed = False
+        _open_sandboxes.add(self)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    @classmethod
+    def start(cls, config: SandboxConfig | None = None, **overrides) -> Sandbox:
+        if config is None or overrides:
+            base = config.model_dump() if config is not None else {}
+            config = SandboxConfig.model_validate({**base, **overrides})
+        client = connect(config.docker_host)
+        container = _create_container(client, config)
+        sandbox = cls(config, client, container)
+        try:
+            container.start()
+            sandbox._shell = PersistentShell(sandbox._spawn_shell, start_timeout=config.start_timeout)
+        except TimeoutError as exc:
+            sandbox.close()
+            raise SandboxTimeout(f"sandbox from {config.image} did not start within {config.start_timeout:.0f}s: {exc}") from exc
+        except ShellDied as exc:
+            died = sandbox._death_error()
+            sandbox.close()
+            raise (died or SandboxError(f"the sandbox shell exited at start (code {exc.exit_code}): {exc.stderr}")) from None
+        except BaseException as exc:
+            sandbox.close()
+            if isinstance(exc, SandboxError):
+                raise
+            import docker
+
+            if isinstance(exc, docker.errors.APIError):
+                raise SandboxError(f"starting a sandbox from {config.image} failed: {exc.explanation or exc}") from exc
+            raise
+        return sandbox
+
+    def _spawn_shell(self) -> AttachedProcess:
+        return AttachedProcess(self._client, self.container_id, SHELL_ARGV, user=self.config.user,
+                               workdir=self.config.workdir)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop and remove the container (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        _open_sandboxes.discard(self)
+        if self._shell is not None:
+            self._shell.close()
+        try:
+            self._container.remove(force=True, v=True)
+        except Exception:
+            pass  # already gone; `horizon sandbox gc` catches anything a dead engine left behind
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- commands ------------------------------------------------------------------------------
+    def exec(self, command: str, timeout: float | None = None, stdin: str | bytes | None = None,
+             output_limit: int | None = None) -> ExecResult:
+        """Run `command` in the persistent shell (cwd, exports and functions carry over)."""
+        timeout = self.config.command_timeout if timeout is None else timeout
+        limit = output_limit or self.config.output_limit
+        with self._lock:
+            self._check_open()
+            start = time.monotonic()
+            stdin_path = "/dev/null"
+            if stdin is not None:
+                stdin_path = f"{SPOOL_DIR}/in-{secrets.token_hex(8)}"
+                self.write_file(stdin_path, stdin)
+            try:
+                raw = self._shell.run(command, timeout=timeout, stdin_path=stdin_path,
+                                      head=limit // 2, tail=limit - limit // 2)
+            except (ShellDied, StreamClosed) as exc:
+                return self._after_shell_death(exc, start)
+            output, truncated = render_output(raw.head, raw.tail, raw.total_bytes)
+            if raw.oom_kills:
+                output += (f"\n[a process was killed by the out-of-memory killer "
+                           f"(memory limit {format_size(self.config.memory_bytes)})]\n")
+            if raw.timed_out:
+                output += f"\n[timed out after {timeout:g}s: the command's processes were killed]\n"
+            if raw.note:
+                output += f"\n[{raw.note}]\n"
+            return ExecResult(raw.exit_code, output, raw.timed_out, truncated, time.monotonic() - start,
+                              raw.oom_kills > 0, raw.total_bytes)
+
+    def _after_shell_death(self, exc: Exception, start: float) -> ExecResult:
+        died = self._death_error()
+        if died is not None:
+            self.close()
+            raise died from None
+        code = exc.exit_code if isinstance(exc, ShellDied) else None
+        self._shell.restart()
+        note = (f"[the shell exited (code {code}); a new shell was started in {self.config.workdir}: "
+                "working directory, variables and functions were reset]\n")
+        return ExecResult(code if code is not None else 1, note, False, False, time.monotonic() - start)
+
+    def _death_error(self) -> ContainerDied | None:
+        """A ContainerDied describing why the container stopped, or None while it still runs."""
+        try:
+            self._container.reload()
+        except Exception:
+            return ContainerDied(f"container {self.container_id[:12]} is gone (removed from outside)")
+        state = self._container.attrs.get("State", {})
+        if state.get("Running") and not state.get("Restarting"):
+            return None
+        if state.get("OOMKilled"):
+            return ContainerDied(f"container was OOM-killed (memory limit {format_size(self.config.memory_bytes)})")
+        return ContainerDied(
+            f"container {self.container_id[:12]} stopped (exit code {state.get('ExitCode')}"
+            f"{', ' + state['Error'] if state.get('Error') else ''}): killed from outside or crashed"
+        )
+
+    def exec_once(self, argv: Sequence[str] | str, timeout: float | None = None, *, user: str | None = None,
+                  workdir: str | None = None, output_limit: int | None = None) -> ExecResult:
+        """Run one plain process (a `docker exec`), outside the persistent shell."""
+        self._check_open()
+        timeout = self.config.command_timeout if timeout is None else timeout
+        argv = ["bash", "-c", argv] if isinstance(argv, str) else list(argv)
+        wrapped = ["timeout", "-s", "KILL", f"{timeout:g}", *argv]
+        start = time.monotonic()
+        try:
+            proc = AttachedProcess(self._client, self.container_id, wrapped, user=user or self.config.user,
+                                   workdir=workdir or self.config.workdir)
+        except Exception as exc:
+            died = self._death_error()
+            raise (died or SandboxError(f"exec_once {argv!r} failed: {exc}")) from None
+        buf = HeadTailBuffer(output_limit or self.config.output_limit)
+        deadline = start + timeout + 5
+        try:
+            proc.send(b"")
+            while time.monotonic() < deadline:
+                proc.pump(deadline)
+                buf.feed(bytes(proc.stdout))
+                proc.stdout.clear()
+        except StreamClosed:
+            pass
+        finally:
+            buf.feed(bytes(proc.stdout) + bytes(proc.stderr_tail))
+            proc.close()
+        duration = time.monotonic() - start
+        code = proc.exit_code()
+        timed_out = code == 137 and duration >= timeout or code is None
+        output, truncated = render_output(*buf.parts(), buf.total)
+        return ExecResult(124 if timed_out else int(code), output, timed_out, truncated, duration, False, buf.total)
+
+    # -- files ---------------------------------------------------------------------------------
+    def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        self._check_open()
+        path = self._absolute(path)
+        payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        parent = posixpath.dirname(path)
+        if files.container_stat(self._client.api, self.container_id, parent) is None:
+            made = self.exec_once(["mkdir", "-p", parent], timeout=30)
+            if made.exit_code != 0:
+                raise SandboxError(f"write_file: cannot create {parent}: {made.output.strip()}")
+        uid, gid = self._owner()
+        files.put_bytes(self._client.api, self.container_id, path, payload, uid, gid, mode)
+
+    def read_file(self, path: str) -> bytes:
+        self._check_open()
+        return files.get_bytes(self._client.api, self.container_id, self._absolute(path))
+
+    def copy_in(self, host_path, container_path: str) -> str:
+        self._check_open()
+        return files.copy_in(self._client.api, self.container_id, host_path, self._absolute(container_path), *self._owner())
+
+    def copy_out(self, container_path: str, host_path):
+        self._check_open()
+        return files.copy_out(self._client.api, self.container_id, self._absolute(container_path), host_path)
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _absolute(self, path: str) -> str:
+        return path if path.startswith("/") else posixpath.join(self.config.workdir, path)
+
+    def _owner(self) -> tuple[int, int]:
+        return (self._shell.uid, self._shell.gid) if self._shell else (0, 0)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxClosed(f"sandbox {self.container_id[:12]} is closed")
+
+
+def _create_container(client, config: SandboxConfig):
+    import docker
+    from docker.types import Mount as DockerMount
+
+    labels = {**config.labels, LABEL_KEY: "1", RUN_LABEL_KEY: run_id()}
+    mounts = [DockerMount(m.target, m.source, type="bind", read_only=m.read_only) for m in config.mounts]
+    tmpfs = {}
+    if config.read_only_root:
+        covered = {m.target.rstrip("/") for m in config.mounts}
+        tmpfs = {p: "rw,exec,mode=1777" for p in ("/tmp", config.workdir) if p.rstrip("/") not in covered}
+    try:
+        return client.containers.create(
+            config.image, command=["sleep", "infinity"], name=f"horizon-sb-{secrets.token_hex(6)}",
+            init=True, detach=True, hostname="sandbox", working_dir=config.workdir, environment=dict(config.env),
+            user=config.user or None, labels=labels, mounts=mounts, tmpfs=tmpfs, read_only=config.read_only_root,
+            network_mode="bridge" if config.network else "none",
+            mem_limit=config.memory_bytes, memswap_limit=config.memory_bytes,
+            nano_cpus=int(config.cpus * 1e9), pids_limit=config.pids_limit,
+            cap_drop=["ALL"], cap_add=CAPABILITIES, security_opt=["no-new-privileges"],
+        )
+    except docker.errors.ImageNotFound as exc:
+        hint = " (build it with `horizon sandbox build`)" if config.image.startswith("horizon/") else ""
+        raise ImageNotFound(f"image {config.image!r} is not present locally and images are never pulled{hint}") from exc
+    except docker.errors.APIError as exc:
+        raise SandboxError(f"creating a sandbox from {config.image} failed: {exc.explanation or exc}") from exc

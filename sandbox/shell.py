@@ -1,0 +1,164 @@
+"""The persistent shell: one attached bash per sandbox, plus a reaper bash for timeouts.
+
+A command costs one write and one read on an already-open socket, instead of the several API
+round trips and the process start-up of a `docker exec`. The framing and the bash side are in
+shell_protocol.py.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sandbox.attached import AttachedProcess, StreamClosed
+from sandbox.shell_protocol import REAPER_PRELUDE, SHELL_PRELUDE, SPOOL_DIR, bash_quote, command_line, reap_line
+
+SHELL_ARGV = ["bash", "--noprofile", "--norc"]
+_ABORT_ROUNDS = 3  # USR1 + kill rounds before the shell is declared stuck and replaced
+_ABORT_WAIT = 2.0  # seconds to wait for the shell to come back after each round
+
+
+class ShellDied(Exception):
+    """The shell's stream ended mid-command (the command ran `exit`, or the container died)."""
+
+    def __init__(self, exit_code: int | None, stderr: str):
+        super().__init__(f"the shell exited (code {exit_code})")
+        self.exit_code = exit_code
+        self.stderr = stderr
+
+
+@dataclass
+class RawResult:
+    exit_code: int
+    head: bytes
+    tail: bytes
+    total_bytes: int
+    oom_kills: int
+    timed_out: bool
+    note: str = ""  # what happened to the shell, if anything noteworthy
+
+
+class PersistentShell:
+    def __init__(self, spawn: Callable[[], AttachedProcess], *, start_timeout: float, spool_dir: str = SPOOL_DIR):
+        """`spawn` starts a bash reading stdin: a `docker exec` for containers, a subprocess locally."""
+        self._spawn_process = spawn
+        self._start_timeout = start_timeout
+        self._spool_dir = spool_dir
+        self.shell: AttachedProcess | None = None
+        self.reaper: AttachedProcess | None = None
+        self.pid = self.uid = self.gid = 0
+        self.start()
+
+    def start(self) -> None:
+        deadline = time.monotonic() + self._start_timeout
+        self.shell = self._spawn(SHELL_PRELUDE)
+        self.pid, self.uid, self.gid = self._wait_ready(self.shell, deadline)
+        if self.reaper is None or self.reaper.closed:
+            self.reaper = self._spawn(REAPER_PRELUDE)
+            self._wait_ready(self.reaper, deadline)
+
+    def _spawn(self, prelude: str) -> AttachedProcess:
+        proc = self._spawn_process()
+        proc.send(f"__hz_dir={bash_quote(self._spool_dir)}\n".encode() + prelude.encode())
+        return proc
+
+    @staticmethod
+    def _wait_ready(proc: AttachedProcess, deadline: float) -> tuple[int, int, int]:
+        marker = b"\x1eHZREADY:"
+        while True:
+            start = proc.stdout.find(marker)
+            end = proc.stdout.find(b"\n", start) if start >= 0 else -1
+            if end >= 0:
+                fields = proc.stdout[start + len(marker):end].decode().split(":")
+                del proc.stdout[:end + 1]
+                return int(fields[0]), int(fields[1]), int(fields[2])
+            if time.monotonic() >= deadline:
+                raise TimeoutError("the sandbox shell did not start in time: " + proc.stderr_tail.decode(errors="replace"))
+            try:
+                proc.pump(deadline)
+            except StreamClosed:
+                raise ShellDied(proc.exit_code(), proc.stderr_tail.decode(errors="replace")) from None
+
+    def run(self, command: str, *, timeout: float, stdin_path: str, head: int, tail: int) -> RawResult:
+        token = secrets.token_hex(8)
+        shell = self.shell
+        shell.stdout.clear()
+        shell.send(command_line(token, command, stdin_path, head, tail, self._spool_dir))
+        deadline = time.monotonic() + timeout
+        result = self._collect(token, deadline, head + tail)
+        if result is not None:
+            return result
+        # Timed out: stop everything the command started, then take the shell back.
+        for _ in range(_ABORT_ROUNDS):
+            self._reap(token)
+            result = self._collect(token, time.monotonic() + _ABORT_WAIT, head + tail)
+            if result is not None:
+                result.timed_out = True
+                result.exit_code = 124
+                return result
+        self._replace_stuck_shell()
+        return RawResult(124, b"", b"", 0, 0, True, note="the shell did not stop after the timeout and was replaced: "
+                         "working directory, variables and functions were reset")
+
+    def _collect(self, token: str, deadline: float, limit: int) -> RawResult | None:
+        shell = self.shell
+        header_marker = f"\x1eHZ:{token}:".encode()
+        end_marker = f"\x1eHZEND:{token}\n".encode()
+        scanned = 0
+        while True:
+            end = shell.stdout.find(end_marker, max(0, scanned - len(end_marker)))
+            if end >= 0:
+                return self._parse(shell.stdout[:end], header_marker, limit)
+            scanned = len(shell.stdout)
+            # Nothing but our own head+tail should arrive; never let a misbehaving writer grow memory.
+            cap = limit + 65536
+            if len(shell.stdout) > 2 * cap:
+                del shell.stdout[cap // 2:len(shell.stdout) - cap]
+                scanned = len(shell.stdout)
+            if time.monotonic() >= deadline:
+                return None
+            try:
+                shell.pump(deadline)
+            except StreamClosed:
+                raise ShellDied(shell.exit_code(), shell.stderr_tail.decode(errors="replace")) from None
+
+    @staticmethod
+    def _parse(buf: bytearray, header_marker: bytes, limit: int) -> RawResult:
+        start = buf.find(header_marker)
+        nl = buf.find(b"\n", start)
+        rc, total, oom = (int(x) for x in buf[start + len(header_marker):nl].decode().split(":"))
+        body = bytes(buf[nl + 1:])
+        if total <= limit:
+            return RawResult(rc, body, b"", total, oom, False)
+        head_len = limit // 2
+        return RawResult(rc, body[:head_len], body[head_len:], total, oom, False)
+
+    def _reap(self, token: str) -> None:
+        reaper = self.reaper
+        marker = f"\x1eHZREAPED:{token}\n".encode()
+        reaper.stdout.clear()
+        reaper.send(reap_line(token, self.pid))
+        deadline = time.monotonic() + 10
+        while marker not in reaper.stdout and time.monotonic() < deadline:
+            reaper.pump(deadline)
+
+    def _replace_stuck_shell(self) -> None:
+        try:
+            self.reaper.send(f"kill -KILL {self.pid}\n".encode())
+        except StreamClosed:
+            pass
+        self.shell.close()
+        self.start()
+
+    def restart(self) -> None:
+        """Start a fresh shell after the old one exited (state is lost)."""
+        if self.shell is not None:
+            self.shell.close()
+        self.start()
+
+    def close(self) -> None:
+        for proc in (self.shell, self.reaper):
+            if proc is not None:
+                proc.close()

@@ -1,0 +1,112 @@
+"""The bash side of the persistent shell, and how commands are framed on the wire.
+
+One long-lived `bash` per sandbox reads command lines on stdin. Each command is evaluated in the
+shell itself (so cd, exports and functions persist) with stdout+stderr spooled to a file inside
+the container; afterwards only the head and tail of that file travel back, framed as
+
+    \\x1eHZ:<token>:<exit code>:<total bytes>:<oom kills>\\n <head bytes> <tail bytes> \\x1eHZEND:<token>\\n
+
+Spooling inside the container keeps host memory flat however much a command prints, and lets
+background jobs keep writing after the command returns. The token is random per command and
+never stored in a shell variable, so no output can forge the end marker.
+
+Every process a command starts inherits __HZ_CMD=<token>; a second long-lived bash (the reaper)
+kills exactly those on timeout, using only builtins so it works even when a fork bomb has used
+up the pids limit. SIGUSR1 makes the shell return from the command's evaluation, which also
+stops shell loops that spawn nothing.
+"""
+
+from __future__ import annotations
+
+SPOOL_DIR = "/tmp/.horizon"
+
+SHELL_PRELUDE = r"""
+set +o history +m
+mkdir -p "$__hz_dir" 2>/dev/null; chmod 700 "$__hz_dir" 2>/dev/null
+__hz_oom_kills() {  # sets __hz_oomn (no subshell: this runs around every command)
+  local line n=0
+  if [[ -r /sys/fs/cgroup/memory/memory.oom_control ]]; then
+    while read -r line; do [[ $line == oom_kill\ * ]] && n=${line#oom_kill }; done < /sys/fs/cgroup/memory/memory.oom_control
+  elif [[ -r /sys/fs/cgroup/memory.events ]]; then
+    while read -r line; do [[ $line == oom_kill\ * ]] && n=${line#oom_kill }; done < /sys/fs/cgroup/memory.events
+  fi
+  __hz_oomn=$n
+}
+__hz_run() {
+  trap 'return 124' USR1
+  export __HZ_CMD=$__hz_tok
+  __hz_oom_kills; __hz_oom0=$__hz_oomn
+  eval "$__hz_cmd" > "$__hz_spool" 2>&1 < "$__hz_in"
+}
+__hz_done() {
+  local rc=$1 size oom
+  trap ':' USR1
+  export __HZ_CMD=
+  __hz_oom_kills; oom=$__hz_oomn
+  size=$(stat -c %s -- "$__hz_spool" 2>/dev/null || echo 0)
+  printf '\036HZ:%s:%s:%s:%s\n' "$2" "$rc" "$size" "$((oom - __hz_oom0))"
+  if (( size <= __hz_head + __hz_tail )); then
+    head -c "$size" -- "$__hz_spool"
+  else
+    head -c "$__hz_head" -- "$__hz_spool"; tail -c "$__hz_tail" -- "$__hz_spool"
+  fi
+  rm -f -- "$__hz_spool"
+  [[ $__hz_in == "$__hz_dir"/in-* ]] && rm -f -- "$__hz_in"
+  printf '\036HZEND:%s\n' "$2"
+}
+trap ':' USR1
+printf '\036HZREADY:%s:%s:%s\n' "$$" "$(id -u)" "$(id -g)"
+"""
+
+REAPER_PRELUDE = r"""
+set +o history +m
+__hz_reap() {
+  # $1: the command's token, $2: the shell's pid. Builtins only: forking may be impossible here.
+  local round p e found
+  local -a env
+  kill -USR1 "$2" 2>/dev/null
+  for ((round = 0; round < 200; round++)); do
+    found=()
+    for p in /proc/[0-9]*; do
+      p=${p#/proc/}
+      [[ $p == "$$" || $p == "$2" ]] && continue
+      mapfile -d '' env < "/proc/$p/environ" 2>/dev/null || continue
+      for e in "${env[@]}"; do
+        if [[ $e == "__HZ_CMD=$1" ]]; then found+=("$p"); break; fi
+      done
+    done
+    (( ${#found[@]} == 0 )) && break
+    kill -STOP "${found[@]}" 2>/dev/null
+    kill -KILL "${found[@]}" 2>/dev/null
+  done
+  kill -USR1 "$2" 2>/dev/null
+}
+printf '\036HZREADY:%s:0:0\n' "$$"
+"""
+
+
+def bash_quote(text: str) -> str:
+    """Quote `text` as a bash $'...' word on one line (newlines and control bytes escaped)."""
+    out = []
+    for byte in text.encode("utf-8", "surrogateescape"):
+        if byte in (0x27, 0x5C):  # ' and \
+            out.append(f"\\{chr(byte)}")
+        elif byte < 0x20 or byte == 0x7F:
+            out.append(f"\\x{byte:02x}")
+        else:
+            out.append(chr(byte) if byte < 0x80 else f"\\x{byte:02x}")
+    return "$'" + "".join(out) + "'"
+
+
+def command_line(token: str, command: str, stdin_path: str, head: int, tail: int, spool_dir: str = SPOOL_DIR) -> bytes:
+    """The line the shell reads for one command; $? after __hz_run is the command's status."""
+    spool = bash_quote(f"{spool_dir}/out-{token}")
+    return (
+        f"__hz_tok={token}; __hz_spool={spool}; __hz_in={bash_quote(stdin_path)}; "
+        f"__hz_head={head}; __hz_tail={tail}; __hz_cmd={bash_quote(command)}; "
+        f"__hz_run; __hz_done $? {token}\n"
+    ).encode()
+
+
+def reap_line(token: str, shell_pid: int) -> bytes:
+    return f"__hz_reap {token} {shell_pid}; printf '\\036HZREAPED:%s\\n' {token}\n".encode()
