@@ -40,6 +40,13 @@ class PageData:
         )
 
 
+def kv_bytes_per_token(config: ModelConfig, dtype: torch.dtype = torch.bfloat16) -> int:
+    """Cache bytes one token occupies across all layers (MLA latent everywhere, indexer on full layers)."""
+    item = torch.tensor([], dtype=dtype).element_size()
+    width = config.latent_dim * config.num_cache_layers + config.index_head_dim * len(config.indexer_layers)
+    return width * item
+
+
 class PagedKVCache:
     def __init__(
         self,
@@ -71,9 +78,7 @@ class PagedKVCache:
         return len(self.latent)
 
     def bytes_per_token(self) -> int:
-        item = torch.tensor([], dtype=self.dtype).element_size()
-        width = self.config.latent_dim * len(self.latent) + self.config.index_head_dim * len(self.indexer)
-        return width * item
+        return kv_bytes_per_token(self.config, self.dtype)
 
     def latent_flat(self, layer: int) -> torch.Tensor:
         """[num_pages * page_size, latent_dim] view addressed by slot."""

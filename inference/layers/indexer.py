@@ -62,6 +62,21 @@ class Indexer(nn.Module):
         w = meta.to_padded(w)  # [B, T, H]
         logits = torch.matmul(w.unsqueeze(-2), scores).squeeze(-2)  # [B, T, S]
         logits = logits.masked_fill(~meta.key_valid, float("-inf"))
-        top = logits.topk(self.topk, dim=-1).indices
+        top = stable_topk(logits, self.topk)
         selected = torch.zeros_like(meta.key_valid).scatter_(-1, top, True)
         return selected & meta.key_valid
+
+
+def stable_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k largest fp32 scores per row; exact ties go to the earlier position.
+
+    Ties are common, not a corner case: a key whose every head is ReLU-clipped scores exactly 0.
+    torch.topk breaks ties differently for different tensor shapes, which would make a prefill and
+    a token-by-token decode of the same text select different keys. Ranking on the 64-bit key
+    (order-preserving int of the float, then reversed position) makes the choice shape-independent.
+    """
+    bits = (scores.float() + 0.0).view(torch.int32)  # + 0.0 turns -0.0 into 0.0
+    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(torch.int64)
+    pos = torch.arange(scores.shape[-1], device=scores.device, dtype=torch.int64)
+    key = (ordered << 32) | (scores.shape[-1] - 1 - pos)
+    return key.topk(k, dim=-1).indices

@@ -1,0 +1,113 @@
+"""`horizon model ...`: make random checkpoints and describe checkpoints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("model", help="GLM-5.x checkpoints: make random ones, describe any")
+    sub = parser.add_subparsers(dest="model_command", metavar="ACTION", required=True)
+
+    init = sub.add_parser("init-random", help="write a random GLM-5.x checkpoint in the real on-disk format")
+    init.add_argument("out", type=Path, help="output directory")
+    init.add_argument("--preset", choices=["tiny", "small"], default="tiny")
+    init.add_argument("--seed", type=int, default=0)
+    init.add_argument("--fp8", action="store_true", help="FP8 e4m3 weights with 128x128 weight_scale_inv blocks")
+    init.add_argument("--shards", type=int, default=2)
+    init.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a config.json field (VALUE parsed as JSON, else taken as a string); repeatable",
+    )  # fmt: skip
+    init.set_defaults(func=_init_random)
+
+    info = sub.add_parser("info", help="config summary, parameter count and KV-cache bytes per token")
+    info.add_argument("path", type=Path, help="checkpoint directory")
+    info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.set_defaults(func=_info)
+
+
+def parse_overrides(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _init_random(args: argparse.Namespace) -> int:
+    from inference.config import ConfigError
+    from inference.random_checkpoint import write_random_checkpoint
+
+    try:
+        overrides = parse_overrides(args.overrides)
+        write_random_checkpoint(args.out, args.preset, args.seed, overrides, fp8=args.fp8, shards=args.shards)
+    except (ValueError, ConfigError) as exc:
+        print(f"horizon model init-random: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.preset} checkpoint to {args.out}")
+    return 0
+
+
+def describe(path: Path) -> dict:
+    import torch
+    from safetensors import safe_open
+
+    from inference.config import ModelConfig
+    from inference.kv_cache import kv_bytes_per_token
+    from inference.loader import checkpoint_files
+
+    config = ModelConfig.from_pretrained(path)
+    files = checkpoint_files(path)
+    params = mtp_params = 0
+    fp8 = False
+    mtp_prefix = f"model.layers.{config.num_hidden_layers}."
+    for file in sorted(set(files.values())):
+        with safe_open(file, framework="pt") as sf:
+            for name in sf.keys():
+                if name.endswith("_scale_inv"):
+                    fp8 = True
+                    continue
+                n = 1
+                for d in sf.get_slice(name).get_shape():
+                    n *= d
+                params += n
+                mtp_params += n if name.startswith(mtp_prefix) else 0
+    return {
+        "path": str(path),
+        "config": config.summary(),
+        "parameters": params,
+        "mtp_parameters": mtp_params,
+        "fp8_weights": fp8,
+        "shards": len(set(files.values())),
+        "kv_bytes_per_token_bf16": kv_bytes_per_token(config, torch.bfloat16),
+        "kv_bytes_per_token_fp32": kv_bytes_per_token(config, torch.float32),
+    }
+
+
+def _info(args: argparse.Namespace) -> int:
+    from inference.config import ConfigError
+    from inference.loader import CheckpointError
+
+    try:
+        info = describe(args.path)
+    except (ConfigError, CheckpointError, OSError) as exc:
+        print(f"horizon model info: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(info))
+        return 0
+    print(f"{info['path']}: {info['parameters']:,} parameters ({info['mtp_parameters']:,} in the MTP layer), "
+          f"{info['shards']} shard(s){', FP8 block-quantized' if info['fp8_weights'] else ''}")  # fmt: skip
+    for key, value in info["config"].items():
+        print(f"  {key:>14}: {value}")
+    print(f"  KV cache/token: {info['kv_bytes_per_token_bf16']:,} B bf16, {info['kv_bytes_per_token_fp32']:,} B fp32")
+    return 0
