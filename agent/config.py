@@ -12,9 +12,11 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 ReasoningEffort = Literal["low", "high", "max"]
+# Names other clients use, mapped the way GLM-5.3 front-ends do (glm5-model.md, reasoning effort).
+EFFORT_ALIASES = {"none": "low", "minimal": "low", "medium": "high", "xhigh": "max"}
 
 
 class _Strict(BaseModel):
@@ -67,6 +69,9 @@ class OpenAIConfig(_Strict):
     max_tokens: int | None = Field(None, ge=1)
     request_timeout_s: float = Field(600.0, gt=0)
     max_retries: int = Field(4, ge=0)
+    send_session_id: bool = Field(
+        False, description="send a `session_id` field (horizon serve / SGLang session retention)"
+    )
     extra_body: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -107,6 +112,11 @@ class AgentConfig(_Strict):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     openai: OpenAIConfig = Field(default_factory=OpenAIConfig)
     embedded: EmbeddedConfig = Field(default_factory=EmbeddedConfig)
+
+    @field_validator("reasoning_effort", mode="before")
+    @classmethod
+    def _effort_alias(cls, value: object) -> object:
+        return EFFORT_ALIASES.get(value, value) if isinstance(value, str) else value
 
 
 class ConfigError(ValueError):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import posixpath
 import threading
 import time
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ class ToolContext:
 
     def resolve(self, path: str) -> str:
         """Relative paths are relative to the workspace, not to wherever bash has cd'ed."""
-        return path if path.startswith("/") else f"{self.workdir.rstrip('/')}/{path}"
+        return posixpath.normpath(path if path.startswith("/") else f"{self.workdir.rstrip('/')}/{path}")
 
 
 class Tool:
