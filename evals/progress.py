@@ -29,7 +29,8 @@ class Progress:
             self.resolved += result.status == "resolved"
             self.errors += result.status == "error"
             if self.enabled and not self.tty:
-                why = f" ({result.error_class}: {(result.error or '')[:120]})" if result.status != "resolved" and result.error else ""
+                cls = f"{result.error_class}: " if result.error_class else ""
+                why = f" ({cls}{(result.error or '')[:120]})" if result.status != "resolved" and result.error else ""
                 self.stream.write(f"[{self.done}/{self.total}] {label}: {result.status} in {result.seconds:.1f}s{why}\n")
                 self.stream.flush()
             self._draw()
