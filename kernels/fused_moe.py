@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from kernels.backend import TritonKernel, cdiv, resolve_backend, tl
+from kernels.backend import TritonKernel, cdiv, dot_precision, resolve_backend, tl
 from kernels.moe_align import align_pairs_by_expert, group_pairs_by_expert
 from kernels.validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_tensor
 
@@ -64,7 +64,8 @@ def _moe_gate_up_kernel(
     x_ptr, w_ptr, act_ptr, sorted_pairs_ptr, block_expert_ptr,
     num_pairs, top_k, H, I,
     stride_xt, stride_we, stride_wn, stride_ap,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     # One program: BLOCK_M pairs of one expert x BLOCK_N intermediate columns of both gate and up.
     pid_m = tl.program_id(0)
@@ -92,8 +93,8 @@ def _moe_gate_up_kernel(
             x = x.to(tl.float32)
             w_gate = w_gate.to(tl.float32)
             w_up = w_up.to(tl.float32)
-        acc_gate = tl.dot(x, w_gate, acc_gate)
-        acc_up = tl.dot(x, w_up, acc_up)
+        acc_gate = tl.dot(x, w_gate, acc_gate, input_precision=DOT_PRECISION)
+        acc_up = tl.dot(x, w_up, acc_up, input_precision=DOT_PRECISION)
     act = acc_gate * tl.sigmoid(acc_gate) * acc_up
     act_ptrs = act_ptr + pairs[:, None].to(tl.int64) * stride_ap + offs_n[None, :]
     tl.store(act_ptrs, act.to(act_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
@@ -103,7 +104,8 @@ def _moe_down_kernel(
     act_ptr, w_ptr, out_ptr, weights_ptr, sorted_pairs_ptr, block_expert_ptr,
     num_pairs, H, I,
     stride_ap, stride_we, stride_wn, stride_op,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     # One program: BLOCK_M pairs of one expert x BLOCK_N hidden columns; scales by the routing weight.
     pid_m = tl.program_id(0)
@@ -127,7 +129,7 @@ def _moe_down_kernel(
         if UPCAST:
             a = a.to(tl.float32)
             w = w.to(tl.float32)
-        acc = tl.dot(a, w, acc)
+        acc = tl.dot(a, w, acc, input_precision=DOT_PRECISION)
     route_w = tl.load(weights_ptr + pair_rows, mask=row_ok, other=0.0).to(tl.float32)
     acc = acc * route_w[:, None]
     out_ptrs = out_ptr + pair_rows[:, None] * stride_op + offs_n[None, :]
@@ -170,14 +172,16 @@ def fused_moe_triton(
         hidden, gate_up, act, blocks.sorted_pairs, blocks.block_expert,
         num_pairs, top_k, H, I,
         hidden.stride(0), gate_up.stride(0), gate_up.stride(1), act.stride(0),
-        device=hidden.device, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4,
+        device=hidden.device, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        DOT_PRECISION=dot_precision(hidden.dtype), num_warps=4,
     )  # fmt: skip
     _DOWN_KERNEL.launch(
         (num_blocks, cdiv(H, block_n)),
         act, down, out_pairs, weights, blocks.sorted_pairs, blocks.block_expert,
         num_pairs, H, I,
         act.stride(0), down.stride(0), down.stride(1), out_pairs.stride(0),
-        device=hidden.device, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4,
+        device=hidden.device, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        DOT_PRECISION=dot_precision(hidden.dtype), num_warps=4,
     )  # fmt: skip
     return out_pairs.view(T, top_k, H).sum(dim=1).to(hidden.dtype)
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.backend import TritonKernel, cdiv, next_pow2, resolve_backend, tl
+from kernels.backend import TritonKernel, cdiv, dot_precision, next_pow2, resolve_backend, tl
 from kernels.validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_tensor, flat_rows
 
 # Chunk query tokens so that one chunk's [tokens, keys, max(heads, dim)] working set stays bounded.
@@ -75,7 +75,8 @@ def _indexer_scores_kernel(
     q_ptr, w_ptr, keys_ptr, key_slots_ptr, query_seq_ptr, query_pos_ptr, out_ptr,
     S, H, D, softmax_scale,
     stride_qt, stride_qh, stride_wt, stride_slots_b, stride_out_t,
-    BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, UPCAST: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     # One program: one query token x one block of BLOCK_S key positions, all heads at once, so the
     # gathered key block is read once and reused by every head through one [H, D] x [D, S] dot.
@@ -104,7 +105,7 @@ def _indexer_scores_kernel(
     if UPCAST:
         q = q.to(tl.float32)
         k = k.to(tl.float32)
-    logits = tl.maximum(tl.dot(q, k) * softmax_scale, 0.0)  # [BLOCK_H, BLOCK_S] fp32
+    logits = tl.maximum(tl.dot(q, k, input_precision=DOT_PRECISION) * softmax_scale, 0.0)  # [BLOCK_H, BLOCK_S] fp32
     w = tl.load(w_ptr + t * stride_wt + offs_h, mask=offs_h < H, other=0.0)
     score = tl.sum(logits * w[:, None], axis=0)
     score = tl.where(visible, score, float("-inf"))
@@ -142,6 +143,7 @@ def indexer_scores_triton(
         q.stride(0), q.stride(1), weights.stride(0), key_slots.stride(0), out.stride(0),
         device=q.device,
         BLOCK_S=block_s, BLOCK_H=max(16, next_pow2(H)), BLOCK_D=max(16, next_pow2(D)),
+        DOT_PRECISION=dot_precision(q.dtype),
     )  # fmt: skip
     return out
 

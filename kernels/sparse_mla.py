@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.backend import TritonKernel, cdiv, next_pow2, resolve_backend, tl
+from kernels.backend import TritonKernel, cdiv, dot_precision, next_pow2, resolve_backend, tl
 from kernels.validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_tensor, flat_rows
 
 # The reference gathers [tokens, K, row] in fp32: chunk query tokens to bound that.
@@ -57,7 +57,7 @@ def _sparse_mla_kernel(
     stride_qt, stride_qh, stride_st, stride_ot, stride_oh, stride_lt,
     RANK: tl.constexpr, ROPE: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr,
-    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     # One program: one query token x BLOCK_H heads. All heads share the token's selected rows, so a
     # gathered block of rows is used by BLOCK_H heads for both QK^T and PV.
@@ -91,13 +91,15 @@ def _sparse_mla_kernel(
         if UPCAST:
             lat = lat.to(tl.float32)
             pe = pe.to(tl.float32)
-        scores = tl.dot(q_lat, tl.trans(lat)) + tl.dot(q_pe, tl.trans(pe))  # [BLOCK_H, BLOCK_K]
+        scores = tl.dot(q_lat, tl.trans(lat), input_precision=DOT_PRECISION) + tl.dot(
+            q_pe, tl.trans(pe), input_precision=DOT_PRECISION
+        )  # [BLOCK_H, BLOCK_K]
         scores = tl.where(valid[None, :], scores * softmax_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(scores, axis=1))
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(scores - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(lat.dtype), lat)
+        acc = acc * alpha[:, None] + tl.dot(p.to(lat.dtype), lat, input_precision=DOT_PRECISION)
         m_i = m_new
 
     has_keys = l_i > 0.0
@@ -139,7 +141,7 @@ def sparse_mla_triton(
         device=q.device,
         RANK=kv_lora_rank, ROPE=rope,
         BLOCK_H=block_h, BLOCK_K=block_k, BLOCK_R=next_pow2(kv_lora_rank), BLOCK_P=max(16, next_pow2(rope)),
-        num_warps=4, num_stages=2,
+        DOT_PRECISION=dot_precision(q.dtype), num_warps=4, num_stages=2,
     )  # fmt: skip
     return out, lse
 
