@@ -1,0 +1,121 @@
+"""The runner against a real engine: resume after a kill, build failures, malformed tasks, SWE
+history stripping and patch application failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from evals.config import EvalConfig
+from evals.graders import swe_patch
+from evals.results import ResultsLog
+from evals.runner import RunOptions, run_eval
+
+ROOT = Path(__file__).resolve().parents[2]
+TASKS = ROOT / "evals" / "tasks"
+
+pytestmark = [pytest.mark.docker]
+
+
+def _remove_run_containers(client, run_id: str) -> None:
+    for c in client.containers.list(all=True, filters={"label": f"dev.horizon.run={run_id}"}):
+        c.remove(force=True)
+
+
+def test_resume_after_kill_keeps_finished_and_skips_them(eval_docker, suite, tmp_path):
+    root = suite("tb1-hello-file", "tb1-csv-summary", "harbor-fix-backup")
+    out = tmp_path / "out"
+    run_id = f"evals-resume-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "HORIZON_RUN_ID": run_id}
+    cmd = [sys.executable, "-m", "agent.cli.main", "eval", str(root), "--agent", "oracle", "-j", "1", "--out", str(out), "--quiet"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    results = out / "results.jsonl"
+    try:
+        deadline = time.monotonic() + 240
+        while not (results.exists() and results.read_text().count("\n") >= 1):
+            assert proc.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, "no result appeared"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        _remove_run_containers(eval_docker, run_id)
+    before = results.read_text().splitlines()
+    finished = [json.loads(l)["task_id"] for l in before]
+    assert 1 <= len(finished) < 3
+
+    summary = run_eval(root, RunOptions(agent="oracle", out_dir=out, resume=True, progress=False))
+    after = results.read_text().splitlines()
+    assert after[: len(before)] == before, "finished results are kept byte for byte"
+    ids = [json.loads(l)["task_id"] for l in after]
+    assert sorted(ids) == sorted(["tb1-hello-file", "tb1-csv-summary", "harbor-fix-backup"]), "nothing redone, nothing lost"
+    assert summary.resolved_trials == 3
+
+    with pytest.raises(Exception, match="--resume"):
+        run_eval(root, RunOptions(agent="oracle", out_dir=out, progress=False))
+
+
+def test_build_failure_is_an_infra_error_and_others_finish(eval_docker, suite, tmp_path):
+    root = suite("tb1-hello-file", "tb1-csv-summary")
+    (root / "tb1-csv-summary" / "Dockerfile").write_text("FROM horizon/base:bookworm\nRUN echo broken && exit 3\n")
+    config = EvalConfig(max_infra_retries=1)
+    summary = run_eval(root, RunOptions(agent="oracle", jobs=2, out_dir=tmp_path / "out", progress=False), config)
+    by_id = {r.task_id: r for r in ResultsLog(tmp_path / "out" / "results.jsonl").load()}
+    assert by_id["tb1-hello-file"].status == "resolved"
+    broken = by_id["tb1-csv-summary"]
+    assert (broken.status, broken.error_class, broken.retries) == ("error", "build_failed", 1)
+    assert "exit 3" in broken.error or "returned a non-zero code" in broken.error
+    assert summary.infra_errors == 1 and summary.resolved_rate == 1.0
+
+
+def test_malformed_tasks_are_reported_and_the_run_goes_on(eval_docker, suite, tmp_path):
+    root = suite("tb1-hello-file", "harbor-fix-backup", "harbor-recover-commit")
+    (root / "harbor-fix-backup" / "task.toml").write_text("[verifier\ntimeout_sec = 3\n")
+    toml = root / "harbor-recover-commit" / "task.toml"
+    toml.write_text(toml.read_text().replace("[verifier]\n", '[verifier]\nenvironment_mode = "remote"\n'))
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent.cli.main", "eval", str(root), "--agent", "oracle", "--out", str(tmp_path / "out"), "--quiet"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    by_id = {r.task_id: r for r in ResultsLog(tmp_path / "out" / "results.jsonl").load()}
+    assert by_id["tb1-hello-file"].status == "resolved"
+    bad = by_id["harbor-fix-backup"]
+    assert (bad.status, bad.error_class, bad.details["file"]) == ("error", "task_invalid", "task.toml")
+    mode = by_id["harbor-recover-commit"]
+    assert (mode.details["file"], mode.details["field"]) == ("task.toml", "verifier.environment_mode")
+    assert "task_invalid=2" in proc.stdout
+
+
+def test_swe_agent_image_has_no_future_history(eval_docker, tmp_path):
+    from evals.adapters import load_tasks
+    from evals.images import ImageBuilder
+    from sandbox import Sandbox, SandboxConfig
+
+    [task] = [t for t in load_tasks(TASKS / "swe" / "instances.jsonl", "horizon/base:bookworm") if t.id.endswith("lru-1")]
+    tag, _ = ImageBuilder(eval_docker).ensure(task.environment, task.id)
+    with Sandbox.start(SandboxConfig(image=tag, workdir="/testbed")) as sb:
+        refs = sb.exec("git for-each-ref --format='%(refname)'; git rev-list --all | wc -l; git rev-parse HEAD")
+        lines = refs.output.split()
+        assert lines[0] == "refs/heads/main" and len(lines) == 3, refs.output
+        assert lines[1] == "2" and lines[2] == task.verifier.base_commit
+        assert "move_to_end(key)\n        return" not in sb.read_file("/testbed/lru.py").decode()
+
+
+def test_a_patch_that_does_not_apply_fails_with_its_reason(eval_docker, tmp_path, monkeypatch):
+    bogus = "diff --git a/lru.py b/lru.py\n--- a/lru.py\n+++ b/lru.py\n@@ -1,3 +1,3 @@\n-this line is not there\n+nor this\n context\n"
+    monkeypatch.setattr(swe_patch, "extract_model_patch", lambda sb, repo, base: bogus)
+    summary = run_eval(TASKS / "swe" / "instances.jsonl",
+                       RunOptions(agent="nop", out_dir=tmp_path / "out", filters=["*lru-1"], progress=False))
+    [r] = ResultsLog(tmp_path / "out" / "results.jsonl").load()
+    assert r.status == "failed" and r.details["apply_failed"] == 1
+    assert r.error.startswith("patch does not apply")
+    assert summary.infra_errors == 0

@@ -1,0 +1,51 @@
+"""`horizon eval validate` on every sample suite: the oracle solves 100%, nop 0%; -j 4 runs four at once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evals.results import ResultsLog
+from evals.validate import validate_suite
+
+ROOT = Path(__file__).resolve().parents[2]
+TASKS = ROOT / "evals" / "tasks"
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def _max_overlap(results) -> int:
+    events = sorted([(r.started_at, 1) for r in results] + [(r.finished_at, -1) for r in results])
+    running = peak = 0
+    for _t, step in events:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def test_every_sample_suite_is_valid_and_runs_four_at_once(eval_docker, tmp_path):
+    report = validate_suite(TASKS, tmp_path / "validate", jobs=4, progress=False)
+    assert report.valid, report.render()
+    formats = {r.format for r in report.oracle.values()}
+    assert formats == {"tb1", "harbor", "swe", "cybergym"}
+    assert len(report.oracle) == len(report.nop) == 16
+
+    oracle = ResultsLog(tmp_path / "validate" / "oracle" / "results.jsonl").load()
+    assert _max_overlap(oracle) == 4, "with -j 4 and 16 tasks, four trials run at the same time"
+
+    nop = {r.task_id: r for r in report.nop.values()}
+    assert nop["cg-tlv-stack"].error == "no PoC file at /workspace/poc"
+    assert nop["horizon-samples__roman-1"].details["f2p"] == "0/4"
+    assert nop["horizon-samples__roman-1"].details["p2p"] == "2/2"
+    cg = report.oracle["cg-rec-underflow"].details
+    assert cg["vul_exit_code"] != 0 and cg["fix_exit_code"] == 0
+    substituted = report.oracle["tb1-hello-file"].notes
+    assert any("ghcr.io/laude-institute/t-bench/python-3-13" in n and "substituted" in n for n in substituted)
+
+    predictions = [json.loads(l) for l in (tmp_path / "validate" / "oracle" / "predictions.jsonl").read_text().splitlines()]
+    assert sorted(p["instance_id"] for p in predictions) == sorted(t for t in report.oracle if t.startswith("horizon-samples"))
+    assert all(p["model_patch"].startswith("diff --git") and p["model_name_or_path"] == "oracle" for p in predictions)
+    summary = json.loads((tmp_path / "validate" / "oracle" / "summary.json").read_text())
+    assert summary["resolved_rate"] == 1.0 and summary["infra_errors"] == 0
