@@ -68,6 +68,7 @@ DEFINITIONS: dict[str, str] = {
     "variable_declarator": "function",  # js/ts `const f = () => ...` (filtered below)
 }
 FUNCTION_VALUES = {"arrow_function", "function_expression", "function", "class", "generator_function"}
+CONTAINERS = {"class", "struct", "impl", "trait", "interface", "record", "enum"}
 NAME_TYPES = {
     "identifier", "field_identifier", "type_identifier", "property_identifier", "qualified_identifier",
     "destructor_name", "operator_name", "namespace_identifier", "private_property_identifier",
@@ -127,12 +128,39 @@ def _name_of(node: ts.Node) -> str | None:
 
 
 def _signature(node: ts.Node, source: bytes) -> str:
-    text = source[node.start_byte : node.end_byte].decode("utf-8", "replace")
+    """The definition's head: up to its body, else its first line."""
     body = node.child_by_field_name("body")
+    if body is None and node.type == "variable_declarator":
+        value = node.child_by_field_name("value")
+        body = value.child_by_field_name("body") if value is not None else None
     if body is not None and body.start_byte > node.start_byte:
         text = source[node.start_byte : body.start_byte].decode("utf-8", "replace")
-    first = " ".join(text.split())
-    return first[:200].rstrip(" {:") if first else ""
+    else:
+        text = source[node.start_byte : node.end_byte].decode("utf-8", "replace").split("\n", 1)[0]
+    head = " ".join(text.split())
+    return head[:200].rstrip(" {:=>").rstrip() if head else ""
+
+
+def _qualifier(node: ts.Node, name: str) -> str:
+    """The name children are qualified with: the implemented type for a Rust impl."""
+    if node.type == "impl_item":
+        ty = node.child_by_field_name("type")
+        return ty.text.decode("utf-8", "replace") if ty is not None else name
+    return name
+
+
+def _go_receiver(node: ts.Node) -> str | None:
+    receiver = node.child_by_field_name("receiver")
+    if receiver is None:
+        return None
+    names = [n for n in _walk(receiver) if n.type == "type_identifier"]
+    return names[0].text.decode("utf-8", "replace") if names else None
+
+
+def _walk(node: ts.Node):
+    yield node
+    for child in node.named_children:
+        yield from _walk(child)
 
 
 def extract_symbols(path: str, source: bytes) -> list[Symbol]:
@@ -142,21 +170,24 @@ def extract_symbols(path: str, source: bytes) -> list[Symbol]:
     tree = _parser(ext).parse(source)
     out: list[Symbol] = []
 
-    def walk(node: ts.Node, parent: str | None, depth: int) -> None:
+    def walk(node: ts.Node, parent: str | None, parent_kind: str | None, depth: int) -> None:
         for child in node.named_children:
             kind = DEFINITIONS.get(child.type)
             name = _name_of(child) if kind else None
-            if name:
-                out.append(Symbol(
-                    name=name.split("::")[-1] if child.type != "impl_item" else name,
-                    kind=kind, line=child.start_point[0] + 1, end_line=child.end_point[0] + 1,
-                    parent=parent, signature=_signature(child, source), depth=depth,
-                ))
-                walk(child, name, depth + 1)
-            else:
-                walk(child, parent, depth)
+            if not name:
+                walk(child, parent, parent_kind, depth)
+                continue
+            owner = _go_receiver(child) if child.type == "method_declaration" else None
+            if kind == "function" and parent_kind in CONTAINERS:
+                kind = "method"
+            out.append(Symbol(
+                name=name.split("::")[-1] if child.type != "impl_item" else name,
+                kind=kind, line=child.start_point[0] + 1, end_line=child.end_point[0] + 1,
+                parent=owner or parent, signature=_signature(child, source), depth=depth,
+            ))
+            walk(child, _qualifier(child, name), kind, depth + 1)
 
-    walk(tree.root_node, None, 0)
+    walk(tree.root_node, None, None, 0)
     return out
 
 

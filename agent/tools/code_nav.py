@@ -39,8 +39,8 @@ def files_mentioning(ctx: ToolContext, path: str, word: str) -> list[tuple[str, 
     includes = " ".join(f"--include='*{ext}'" for ext in LANGUAGES)
     excludes = " ".join(f"--exclude-dir={d}" for d in EXCLUDED_DIRS)
     script = (
-        f"grep -rlwF {includes} {excludes} -e {shlex.quote(word)} -- {shlex.quote(path)} | sort | "
-        f"head -n {MAX_FILES + 1} | xargs -r -d '\\n' sh -c 'find \"$@\" -maxdepth 0 {_PRINTF}' _"
+        f"grep -rlwFZ {includes} {excludes} -e {shlex.quote(word)} -- {shlex.quote(path)} | sort -z | "
+        f"head -z -n {MAX_FILES + 1} | find -files0-from - -maxdepth 0 {_PRINTF}"
     )
     return _stat_lines(ctx, script)
 
