@@ -44,8 +44,11 @@ ParseEvent = Union[ReasoningDelta, ContentDelta, ToolCallEvent, FormatError]
 
 
 class StreamingParser:
-    def __init__(self, tools: Iterable[ToolSpec] | None = None, start_in_reasoning: bool = True):
+    def __init__(self, tools: Iterable[ToolSpec] | None = None, start_in_reasoning: bool = True,
+                 tool_calls: bool = True):
         self.tools = None if tools is None else {t.name: t for t in tools}
+        # tool_calls=False (tool_choice "none"): tool-call markup is left in the content as text.
+        self._content_tags = (CALL_OPEN, *STOP_TOKENS) if tool_calls else STOP_TOKENS
         self._state = "reasoning" if start_in_reasoning else "content"
         self._buf = ""
         self._content_seen = 0  # characters of content consumed (a leading <think> opens reasoning)
@@ -91,7 +94,7 @@ class StreamingParser:
                 self._buf = self._buf[len(THINK_OPEN):]
                 self._state = "reasoning"
                 return True
-            return self._scan_text(events, final, (CALL_OPEN, *STOP_TOKENS), ContentDelta)
+            return self._scan_text(events, final, self._content_tags, ContentDelta)
         if self._state == "tool":
             return self._scan_tool(events, final)
         if self._state == "after_tool":

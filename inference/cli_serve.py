@@ -1,0 +1,55 @@
+"""`horizon serve --model PATH`: the OpenAI-compatible HTTP server over the embedded engine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from inference.chat.variants import ALIASES, VARIANTS
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="serve a GLM-5.x checkpoint over an OpenAI-compatible HTTP API")
+    p.add_argument("--model", type=Path, required=True, help="checkpoint directory (config.json, safetensors, tokenizer)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", default=None, help="model id clients use (default: the folder name)")
+    p.add_argument("--chat-template", dest="variant", choices=sorted([*VARIANTS, *ALIASES]), default=None,
+                   help="template generation (default: detected from the checkpoint's chat_template.jinja)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--kv-budget-tokens", type=int, default=None, help="device KV cache size in tokens")
+    p.add_argument("--host-budget-tokens", type=int, default=0, help="host-memory KV tier in tokens (0: off)")
+    p.add_argument("--max-running", type=int, default=64, help="requests decoded together")
+    p.add_argument("--session-ttl", type=float, default=300.0, help="seconds a session's cache is protected")
+    p.add_argument("--speculative-tokens", type=int, default=0, help="MTP draft tokens per step")
+    p.add_argument("--max-inflight", type=int, default=256, help="requests admitted before answering 503")
+    p.add_argument("--default-max-tokens", type=int, default=4096)
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(func=_serve)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from inference.engine.engine_config import EngineConfig
+    from inference.server.runner import build_state, serve
+
+    if not (args.model / "config.json").is_file():
+        print(f"horizon serve: --model {args.model}: no config.json there (expected a checkpoint directory)",
+              file=sys.stderr)
+        return 2
+    try:
+        config = EngineConfig(
+            device=args.device, dtype=args.dtype, kv_budget_tokens=args.kv_budget_tokens,
+            host_budget_tokens=args.host_budget_tokens, max_running=args.max_running,
+            session_ttl_s=args.session_ttl, num_speculative_tokens=args.speculative_tokens,
+        )
+    except ValidationError as exc:
+        print(f"horizon serve: invalid engine option: {exc}", file=sys.stderr)
+        return 2
+    state = build_state(args.model, config, args.served_model_name, args.variant, args.max_inflight,
+                        args.default_max_tokens)
+    serve(state, args.host, args.port, args.log_level)
+    return 0

@@ -1,0 +1,236 @@
+"""The OpenAI-compatible HTTP API over the embedded engine (FastAPI).
+
+Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health.
+Every error is an OpenAI-shaped JSON body with a real status; nothing a client sends can stop the
+server. A client that disconnects mid-request aborts it, which frees its pages in the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Optional
+
+from fastapi import FastAPI, Header, Request
+from fastapi.responses import StreamingResponse
+
+from inference.chat.parser import StreamingParser
+from inference.server.engine_bridge import submit
+from inference.server.errors import APIError, install_error_handlers
+from inference.server.output_text import OutputText
+from inference.server.prompting import PreparedChat, ServerDefaults, prepare_chat, sampling_params
+from inference.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
+from inference.server.replies import SSE_DONE, ChatReply, new_id, sse, token_logprobs, usage_body
+from inference.server.sessions import SessionStore
+
+SESSION_HEADER = "X-Session-Id"
+
+
+@dataclass
+class ServerState:
+    engine: Any
+    tokenizer: Any
+    model_name: str
+    max_context: int
+    defaults: ServerDefaults = field(default_factory=ServerDefaults)
+    max_inflight: int = 256
+    inflight: int = 0
+    sessions: SessionStore = field(default_factory=SessionStore)
+
+    @contextlib.contextmanager
+    def admit(self):
+        if self.inflight >= self.max_inflight:
+            raise APIError(503, f"server overloaded: {self.inflight} requests in flight (limit "
+                           f"{self.max_inflight}); retry later", code="overloaded")
+        self.inflight += 1
+        try:
+            yield
+        finally:
+            self.inflight -= 1
+
+
+def create_app(state: ServerState) -> FastAPI:
+    app = FastAPI(title="Horizon GLM-5.x server")
+    app.state.horizon = state
+    install_error_handlers(app)
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "model": state.model_name, "inflight": state.inflight,
+                "sessions": len(state.sessions), "engine": state.engine.stats()}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": 0,
+                                            "owned_by": "horizon", "max_model_len": state.max_context}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request,
+                               x_session_id: Optional[str] = Header(default=None)):
+        _check_model(state, body.model)
+        session_id = body.session_id or x_session_id
+        with state.admit():
+            prepared = prepare_chat(body, state.tokenizer, state.defaults, state.sessions, session_id)
+            gen = _engine_request(state, body, prepared.prompt_ids, session_id, prepared.engine_effort,
+                                  logprobs=(body.top_logprobs or 0) if body.logprobs else None)
+            deltas = _submit(state, gen)
+            stream = _chat_events(state, body, prepared, gen, deltas, session_id, body.stream)
+            if body.stream:
+                return _sse_response(stream, state)
+            return await _until_disconnected(request, stream)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request,
+                          x_session_id: Optional[str] = Header(default=None)):
+        _check_model(state, body.model)
+        if isinstance(body.prompt, str) or isinstance(body.prompt[0], str):
+            text = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
+            prompt_ids = state.tokenizer.encode(text)
+        else:
+            prompt_ids = list(body.prompt)
+        with state.admit():
+            want_logprobs = isinstance(body.logprobs, int) and not isinstance(body.logprobs, bool)
+            gen = _engine_request(state, body, prompt_ids, body.session_id or x_session_id, None,
+                                  logprobs=body.logprobs if want_logprobs else None)
+            stream = _completion_events(state, body, gen, _submit(state, gen), body.stream)
+            if body.stream:
+                return _sse_response(stream, state)
+            return await _until_disconnected(request, stream)
+
+    return app
+
+
+def _check_model(state: ServerState, model: str) -> None:
+    if model != state.model_name:
+        raise APIError(404, f"model: {model!r} does not exist; this server serves {state.model_name!r}",
+                       param="model", code="model_not_found")
+
+
+def _engine_request(state: ServerState, body: SamplingFields, prompt_ids: list[int], session_id, effort, logprobs):
+    from inference.engine.request import GenerateRequest
+
+    params = sampling_params(body, len(prompt_ids), state.max_context, state.tokenizer.stop_token_ids,
+                             state.defaults, logprobs)
+    return GenerateRequest(prompt_ids=prompt_ids, params=params, session_id=session_id,
+                           reasoning_effort=effort, request_id=f"http-{uuid.uuid4().hex[:16]}")
+
+
+def _submit(state: ServerState, gen) -> AsyncIterator:
+    from inference.engine.request import EngineError
+
+    try:
+        return submit(state.engine, gen)
+    except EngineError as exc:
+        raise APIError(400, str(exc), param=exc.field, code="invalid_value") from None
+
+
+async def _chat_events(state: ServerState, body: ChatCompletionRequest, prepared: PreparedChat, gen,
+                       deltas: AsyncIterator, session_id: Optional[str], streaming: bool) -> AsyncIterator:
+    """Yields SSE strings when streaming, else one final response dict."""
+    reply = ChatReply(state.model_name)
+    parser = StreamingParser(prepared.tools if prepared.parse_tools else None,
+                             start_in_reasoning=prepared.start_in_reasoning, tool_calls=prepared.parse_tools)
+    text = OutputText(state.tokenizer, gen.params.stop)
+    events = parser.feed(prepared.prefill)
+    all_ids: list[int] = []
+    if streaming:
+        yield reply.chunk({"role": "assistant", "content": ""})
+    reason, usage = None, None
+    async with contextlib.aclosing(deltas):
+        async for delta in deltas:
+            all_ids.extend(delta.token_ids)
+            final = delta.finish_reason is not None
+            events += parser.feed(text.push(delta.token_ids, delta.stop_reason if final else None))
+            if final:
+                events += parser.feed(text.finish()) + parser.finish()
+                reason, usage = delta.finish_reason, delta.usage
+            if delta.logprobs:
+                reply.logprobs += token_logprobs(state.tokenizer, delta.logprobs)
+            for ev in events:
+                out = reply.add(ev)
+                if streaming and out is not None:
+                    yield reply.chunk(out)
+            events = []
+    if prepared.conversation is not None and reason is not None:
+        prepared.conversation.add_generated(all_ids, reply.message())
+        state.sessions.put(session_id, prepared.fingerprint, prepared.conversation)
+    if not streaming:
+        yield reply.response(reason, usage)
+        return
+    yield reply.chunk({}, reason=_chat_finish(reason, reply), final=True)
+    if body.stream_options and body.stream_options.include_usage and usage is not None:
+        yield reply.chunk({}, usage=usage)
+    yield SSE_DONE
+
+
+def _chat_finish(reason: Optional[str], reply: ChatReply) -> str:
+    from inference.server.replies import finish_reason
+
+    return finish_reason(reason, bool(reply.tool_calls))
+
+
+async def _completion_events(state: ServerState, body: CompletionRequest, gen, deltas: AsyncIterator,
+                             streaming: bool) -> AsyncIterator:
+    cid, created = new_id("cmpl"), int(time.time())
+    text = OutputText(state.tokenizer, gen.params.stop)
+    pieces: list[str] = []
+    reason, usage = None, None
+
+    def body_of(piece: str, finish: Optional[str]) -> dict:
+        return {"id": cid, "object": "text_completion", "created": created, "model": state.model_name,
+                "choices": [{"index": 0, "text": piece, "finish_reason": finish, "logprobs": None}]}
+
+    async with contextlib.aclosing(deltas):
+        async for delta in deltas:
+            final = delta.finish_reason is not None
+            piece = text.push(delta.token_ids, delta.stop_reason if final else None)
+            if final:
+                piece += text.finish()
+                reason, usage = delta.finish_reason, delta.usage
+            pieces.append(piece)
+            if streaming and (piece or final):
+                yield sse(body_of(piece, "length" if reason == "length" else ("stop" if final else None)))
+    if streaming:
+        if body.stream_options and body.stream_options.include_usage and usage is not None:
+            yield sse({**body_of("", None), "choices": [], "usage": usage_body(usage)})
+        yield SSE_DONE
+        return
+    out = body_of("".join(pieces), "length" if reason == "length" else "stop")
+    out["usage"] = usage_body(usage) if usage is not None else None
+    yield out
+
+
+def _sse_response(stream: AsyncIterator, state: ServerState) -> StreamingResponse:
+    state.inflight += 1  # the stream outlives the handler's admission scope
+
+    async def body():
+        try:
+            async for item in stream:
+                yield item
+        except APIError as exc:
+            yield sse(exc.body())
+        finally:
+            state.inflight -= 1
+            await stream.aclose()
+
+    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+async def _until_disconnected(request: Request, stream: AsyncIterator):
+    """Drive a non-streaming generation; abort it if the client disconnects first."""
+    task = asyncio.ensure_future(stream.__anext__())
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=0.25)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await task
+                raise APIError(499, "client disconnected", code="client_closed")
+    finally:
+        await stream.aclose()

@@ -1,0 +1,114 @@
+"""A chat request -> prompt ids, template options, sampling parameters and how to parse the reply."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from inference.chat.conversation import Conversation
+from inference.chat.messages import ToolSpec
+from inference.chat.template import ChatTemplate
+from inference.chat.variants import normalize_reasoning_effort
+from inference.server.errors import APIError
+from inference.server.protocol import ChatCompletionRequest, NamedToolChoice, SamplingFields
+from inference.server.sessions import SessionStore
+
+# API effort words -> the engine's thinking-budget levels.
+ENGINE_EFFORT = {"none": "none", "minimal": "low", "low": "low", "medium": "medium", "high": "high",
+                 "xhigh": "max", "max": "max"}
+
+
+@dataclass
+class PreparedChat:
+    prompt_ids: list[int]
+    template: ChatTemplate
+    tools: list[ToolSpec]
+    parse_tools: bool  # False for tool_choice="none": tool-call markup stays text
+    start_in_reasoning: bool
+    prefill: str = ""  # reply text already written into the prompt (a forced tool call)
+    engine_effort: Optional[str] = None
+    conversation: Optional[Conversation] = None  # session state to record the reply into
+    fingerprint: tuple = field(default_factory=tuple)
+
+
+@dataclass
+class ServerDefaults:
+    variant: str = "glm-5.2"
+    clear_thinking: bool = False  # keep past reasoning: prompts stay extensions across user turns
+    max_tokens: int = 4096
+
+
+def prepare_chat(req: ChatCompletionRequest, tokenizer, defaults: ServerDefaults, sessions: SessionStore,
+                 session_id: Optional[str]) -> PreparedChat:
+    kw = req.chat_template_kwargs
+    word = (kw.reasoning_effort if kw and kw.reasoning_effort else None) or req.reasoning_effort
+    try:
+        effort = normalize_reasoning_effort(word)
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="reasoning_effort", code="invalid_value") from None
+    template = ChatTemplate(
+        defaults.variant,
+        enable_thinking=kw.enable_thinking if kw and kw.enable_thinking is not None else True,
+        clear_thinking=kw.clear_thinking if kw and kw.clear_thinking is not None else defaults.clear_thinking,
+        reasoning_effort=effort,
+    )
+    tools = req.tool_specs()
+    forced = _forced_tool(req, tools)
+    engine_effort = ENGINE_EFFORT[word.strip().lower()] if word else None
+    if forced is not None:
+        # Force a call by writing the start of it into the prompt (thinking off for this turn).
+        style = template.style
+        prefill = "<tool_call>" + forced
+        text = (template.render(req.messages, tools, add_generation_prompt=False) + "<|assistant|>"
+                + (style.thinking_off_prompt or style.empty_think) + prefill)
+        return PreparedChat(tokenizer.encode(text), template, tools, True, False, prefill, engine_effort)
+
+    fingerprint = (repr(template), tuple(t.model_dump_json() for t in tools))
+    conv = sessions.take(session_id, fingerprint, req.messages) if session_id else None
+    if conv is None:
+        conv = Conversation(tokenizer, template, tools, req.messages)
+    return PreparedChat(
+        conv.prompt_ids(), template, tools, req.tool_choice != "none", template.generation_starts_in_reasoning,
+        engine_effort=engine_effort, conversation=conv if session_id else None, fingerprint=fingerprint,
+    )
+
+
+def _forced_tool(req: ChatCompletionRequest, tools: list[ToolSpec]) -> Optional[str]:
+    """'' for tool_choice="required", the name for a named choice, None otherwise."""
+    choice = req.tool_choice
+    if choice not in ("required",) and not isinstance(choice, NamedToolChoice):
+        return None
+    if not tools:
+        raise APIError(400, f"tool_choice: {choice!r} needs a non-empty tools list", param="tool_choice")
+    if choice == "required":
+        return ""
+    if choice.function.name not in {t.name for t in tools}:
+        raise APIError(400, f"tool_choice: function {choice.function.name!r} is not in tools "
+                       f"{sorted(t.name for t in tools)}", param="tool_choice.function.name")
+    return choice.function.name
+
+
+def sampling_params(req: SamplingFields, prompt_len: int, max_context: int, stop_ids: list[int],
+                    defaults: ServerDefaults, logprobs: Optional[int]):
+    from inference.engine.sampling_params import SamplingParams
+
+    room = max_context - prompt_len
+    if room < 1:
+        raise APIError(400, f"messages: the prompt has {prompt_len} tokens; the model's context is "
+                       f"{max_context} tokens", param="messages", code="context_length_exceeded")
+    wanted = req.token_limit()
+    if wanted is not None and wanted > room:
+        raise APIError(400, f"max_tokens: {wanted} + {prompt_len} prompt tokens exceed the context of "
+                       f"{max_context} tokens (at most {room} allowed)", param="max_tokens",
+                       code="context_length_exceeded")
+    return SamplingParams(
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        top_k=req.top_k or 0,
+        min_p=req.min_p or 0.0,
+        seed=req.seed,
+        max_tokens=wanted or min(room, defaults.max_tokens),
+        stop_token_ids=list(stop_ids),
+        stop=req.stop_strings(),
+        logprobs=logprobs,
+    )

@@ -1,0 +1,107 @@
+"""Build the server around a checkpoint and run it with uvicorn (in the foreground or a thread)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from inference.chat.template import ChatTemplate
+from inference.chat.variants import VARIANTS
+from inference.server.app import ServerState, create_app
+from inference.server.prompting import ServerDefaults
+from inference.tokenizer import Tokenizer
+
+log = logging.getLogger("horizon.server")
+
+
+def detect_variant(chat_template: Optional[str]) -> str:
+    """Which GLM-5.x template generation a checkpoint's chat_template.jinja is."""
+    if chat_template:
+        for name in VARIANTS:
+            if chat_template == ChatTemplate(name).jinja_source():
+                return name
+        if "Reasoning Effort" in chat_template:
+            if "<think></think>" in chat_template:
+                return "glm-5.3-flash"
+            return "glm-5.2" if "enable_thinking" in chat_template else "glm-5.3"
+        return "glm-5"
+    return "glm-5.2"
+
+
+def build_state(model_path: str | Path, engine_config, served_model_name: Optional[str] = None,
+                variant: Optional[str] = None, max_inflight: int = 256, default_max_tokens: int = 4096) -> ServerState:
+    """Load the tokenizer and the engine (not started yet) for `model_path`."""
+    from inference.engine.engine import Engine
+
+    path = Path(model_path)
+    tokenizer = Tokenizer.from_pretrained(path)
+    missing = tokenizer.missing_glm_tokens()
+    if missing:
+        log.warning("tokenizer lacks GLM special tokens %s; chat output parsing may suffer", missing)
+    chosen = variant or detect_variant(tokenizer.chat_template)
+    engine = Engine(path, engine_config, detokenize=tokenizer.decode)
+    return ServerState(
+        engine=engine, tokenizer=tokenizer, model_name=served_model_name or path.name,
+        max_context=engine.max_position, max_inflight=max_inflight,
+        defaults=ServerDefaults(variant=chosen, max_tokens=default_max_tokens),
+    )
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    return sock
+
+
+def serve(state: ServerState, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+    """Run until interrupted; the engine's step loop runs in its own thread meanwhile."""
+    import uvicorn
+
+    sock = _bind(host, port)
+    config = uvicorn.Config(create_app(state), log_level=log_level, timeout_graceful_shutdown=5)
+    with state.engine:
+        print(f"horizon serve: {state.model_name} ({state.defaults.variant} template) on http://{host}:"
+              f"{sock.getsockname()[1]}/v1", flush=True)
+        uvicorn.Server(config).run(sockets=[sock])
+
+
+class BackgroundServer:
+    """The server in a thread on a free port (tests, the agent's local mode)."""
+
+    def __init__(self, state: ServerState, host: str = "127.0.0.1", port: int = 0):
+        import uvicorn
+
+        self.state = state
+        self._sock = _bind(host, port)
+        self.host, self.port = host, self._sock.getsockname()[1]
+        config = uvicorn.Config(create_app(state), log_level="warning", timeout_graceful_shutdown=2)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
+                                        name="horizon-http", daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def __enter__(self) -> "BackgroundServer":
+        self.state.engine.start()
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the HTTP server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self.state.engine.shutdown()
+        self._sock.close()
