@@ -56,6 +56,18 @@ class TmuxSession:
         )
         return wait.exit_code == 0
 
+    def type_text(self, text: str, enter: bool = True) -> None:
+        """Type `text` literally (no key-name interpretation), then Enter if asked."""
+        if text:
+            self._tmux("send-keys", "-t", self.name, "-l", text)
+        if enter:
+            self._tmux("send-keys", "-t", self.name, "Enter")
+
+    def send_key_names(self, names: list[str]) -> None:
+        """Send tmux key names such as C-c, Escape, Up or Tab."""
+        if names:
+            self._tmux("send-keys", "-t", self.name, *names)
+
     def capture(self, full_history: bool = False) -> str:
         args = ["capture-pane", "-p", "-t", self.name] + (["-S", "-"] if full_history else [])
         return self._tmux(*args)

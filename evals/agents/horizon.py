@@ -1,0 +1,59 @@
+"""The horizon agent in the eval harness: the real agent loop, any model backend, the task's sandbox.
+
+Each trial gets a fresh backend (a replay file restarts, an endpoint gets a new session), the
+built-in tools over the task's sandbox, plus `terminal` for Terminal-Bench tasks. The wall-clock
+limit is the task's agent timeout; past it the agent is interrupted. Every event goes to the
+trial's trajectory.jsonl as it happens.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from agent.backends import make_backend
+from agent.config import AgentConfig
+from agent.events import RunStart
+from agent.loop import Agent
+from agent.tools import ToolContext, ToolSet, builtin_tools
+from agent.trajectory import TrajectoryWriter
+from evals.agents.base import AgentContext, AgentOutcome
+from evals.agents.terminal_tool import TerminalTool
+from evals.results import TokenUsage
+
+
+class HorizonAgent:
+    name = "horizon"
+
+    def __init__(self, model: str, overrides: dict | None = None):
+        self.model = model
+        self.overrides = dict(overrides or {})
+        AgentConfig.model_validate({**self.overrides, "model": model})  # fail before any trial starts
+
+    def _config(self, ctx: AgentContext) -> AgentConfig:
+        return AgentConfig.model_validate({**self.overrides, "model": self.model, "time_limit_s": max(1.0, ctx.remaining())})
+
+    def run(self, ctx: AgentContext) -> AgentOutcome:
+        config = self._config(ctx)
+        backend = make_backend(self.model, config)
+        tools = ToolSet(builtin_tools(ctx.sandbox, config.tools, ctx.workdir))
+        if ctx.terminal is not None:
+            tools.add(TerminalTool(ToolContext(ctx.sandbox, config.tools, ctx.workdir), ctx.terminal))
+        path = ctx.log_dir / "trajectory.jsonl"
+        writer = TrajectoryWriter(path)
+        writer(RunStart(task=ctx.task.instruction, model=self.model,
+                        settings={"task_id": ctx.task.id, "format": ctx.task.format, **config.model_dump(mode="json")}))
+        agent = Agent(config, backend, tools, on_event=writer)
+        stop = threading.Event()
+        watchdog = threading.Thread(target=lambda: stop.wait(ctx.remaining()) or agent.interrupt(), daemon=True)
+        watchdog.start()
+        try:
+            result = agent.run(ctx.task.instruction)
+        finally:
+            stop.set()
+            writer.close()
+            tools.close()
+        usage = result.usage
+        tokens = TokenUsage(input=usage.prompt_tokens, output=usage.completion_tokens, cached=usage.cached_tokens)
+        reason = "timeout" if result.reason in ("interrupted", "time_limit") else result.reason
+        error = result.summary if result.reason == "error" else None
+        return AgentOutcome(tokens=tokens, finish_reason=reason, trajectory=str(path), error=error)
