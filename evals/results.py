@@ -41,6 +41,7 @@ class TrialResult(BaseModel):
     error_class: str | None = None  # infra class for status "error"; agent-side reason otherwise
     error: str | None = None
     agent_timed_out: bool = False
+    engine: str | None = None  # which Docker engine ran it (config `[[engines]]` name)
     started_at: float
     finished_at: float
     phase_seconds: dict[str, float] = Field(default_factory=dict)

@@ -178,5 +178,5 @@ class Trial:
             task_id=self.task.id, format=self.task.format, agent=self.agent.name, attempt=self.attempt,
             status=status, agent_timed_out=outcome.finish_reason == "timeout", started_at=started_at,
             finished_at=time.time(), phase_seconds={k: round(v, 3) for k, v in self.phase_seconds.items()},
-            tokens=outcome.tokens, notes=self.notes, trajectory=outcome.trajectory, **fields,
+            tokens=outcome.tokens, notes=self.notes, trajectory=outcome.trajectory, engine=self.engine.name, **fields,
         )

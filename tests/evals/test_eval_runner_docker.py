@@ -119,3 +119,27 @@ def test_a_patch_that_does_not_apply_fails_with_its_reason(eval_docker, tmp_path
     assert r.status == "failed" and r.details["apply_failed"] == 1
     assert r.error.startswith("patch does not apply")
     assert summary.infra_errors == 0
+
+
+def test_agent_timeout_is_enforced_and_the_trial_still_graded(eval_docker, suite, tmp_path):
+    root = suite("tb1-hello-file")
+    task_yaml = root / "tb1-hello-file" / "task.yaml"
+    task_yaml.write_text(task_yaml.read_text().replace("max_agent_timeout_sec: 120", "max_agent_timeout_sec: 2"))
+    (root / "tb1-hello-file" / "solution.sh").write_text("#!/bin/bash\nsleep 600\necho 'Hello, world!' > /app/hello.txt\n")
+    run_eval(root, RunOptions(agent="oracle", out_dir=tmp_path / "out", progress=False))
+    [r] = ResultsLog(tmp_path / "out" / "results.jsonl").load()
+    assert r.agent_timed_out and r.status == "failed"
+    assert r.details["tests"], "the tests ran after the agent timed out"
+
+
+def test_trials_are_spread_over_the_configured_engines(eval_docker, suite, tmp_path):
+    from evals.config import EngineConfig
+
+    root = suite("tb1-hello-file", "tb1-csv-summary", "harbor-fix-backup", "harbor-recover-commit")
+    # The second engine is named by its address, the way a remote engine would be.
+    host = os.environ.get("DOCKER_HOST") or ("unix:///var/run/docker.sock" if Path("/var/run/docker.sock").exists() else None)
+    config = EvalConfig(engines=[EngineConfig(name="engine-a"), EngineConfig(name="engine-b", docker_host=host)])
+    summary = run_eval(root, RunOptions(agent="oracle", jobs=2, out_dir=tmp_path / "out", progress=False), config)
+    results = ResultsLog(tmp_path / "out" / "results.jsonl").load()
+    assert sorted(r.engine for r in results) == ["engine-a", "engine-a", "engine-b", "engine-b"]
+    assert summary.resolved_trials == 4
