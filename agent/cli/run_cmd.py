@@ -88,8 +88,8 @@ def make_plan(args: argparse.Namespace) -> RunPlan:
     from agent.trajectory import load_trajectory
 
     overrides = _parse_set(args.set)
-    overrides.update({"max_steps": args.max_steps, "reasoning_effort": args.reasoning_effort,
-                      "model": args.model})
+    flags = {"max_steps": args.max_steps, "reasoning_effort": args.reasoning_effort, "model": args.model}
+    overrides.update({key: value for key, value in flags.items() if value is not None})
     if args.local:
         overrides["sandbox.local"] = True
     state = None

@@ -32,6 +32,7 @@ def workdir(sandbox) -> str:
 
 @pytest.fixture
 def tools(sandbox, workdir) -> ToolSet:
+    sandbox.exec(f"cd {workdir}", timeout=30)  # as in a real run, the shell starts in the workspace
     return ToolSet(builtin_tools(sandbox, ToolLimits(), workdir=workdir))
 
 

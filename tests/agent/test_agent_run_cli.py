@@ -1,0 +1,136 @@
+"""`horizon run` end to end in real Docker with the replay backend: patch, trajectory, interrupt, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.cli.main import main
+from agent.trajectory import load_trajectory, read_events
+from agent_testkit import call, write_replay
+
+HORIZON = str(Path(sys.executable).with_name("horizon"))
+
+
+def make_repo(root: Path) -> Path:
+    repo = root / "repo"
+    repo.mkdir()
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (repo / "test_calc.py").write_text("from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
+    (repo / "AGENTS.md").write_text("Run the tests with `python3 -m pytest -q`.\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(git + ["add", "-A"], cwd=repo, check=True)
+    subprocess.run(git + ["commit", "-qm", "init"], cwd=repo, check=True)
+    return repo
+
+
+def host_pytest(repo: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=repo,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+
+
+FIX = call("str_replace", path="calc.py", old_str="return a - b", new_str="return a + b")
+
+
+def test_replayed_agent_fixes_a_failing_test_and_the_patch_applies(tmp_path, docker_client, capsys):
+    repo = make_repo(tmp_path)
+    script = write_replay(tmp_path / "script.jsonl", [
+        {"content": "First, run the tests.", "tool_calls": [call("bash", command="python3 -m pytest -q 2>&1 | tail -3")]},
+        {"tool_calls": [call("search", pattern="def add"), call("view", path="calc.py")]},
+        {"tool_calls": [FIX]},
+        {"tool_calls": [call("bash", command="python3 -m pytest -q")]},
+        {"tool_calls": [call("finish", summary="add() subtracted; now it adds")]},
+    ])
+    patch, trajectory = tmp_path / "fix.patch", tmp_path / "run.jsonl"
+    code = main(["run", "Make the tests pass", "--repo", str(repo), "--model", f"replay:{script}",
+                 "--patch-out", str(patch), "--trajectory", str(trajectory)])
+    assert code == 0, capsys.readouterr().err
+    assert host_pytest(repo).returncode == 1  # the original is untouched
+
+    state = load_trajectory(trajectory)
+    assert state.finish_reason == "submitted"
+    observations = [m.content for m in state.messages if m.role == "tool"]
+    assert "1 failed" in observations[0] and "calc.py:1: def add(a, b):" in observations[1]
+    assert "1 passed" in observations[4]
+    assert "python3 -m pytest -q" in state.messages[0].content  # AGENTS.md is in the system prompt
+
+    text = patch.read_text()
+    assert "-    return a - b" in text and "+    return a + b" in text and "__pycache__" not in text
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy)
+    subprocess.run(["git", "apply", str(patch)], cwd=copy, check=True)
+    assert host_pytest(copy).returncode == 0
+
+
+def test_json_mode_streams_parseable_events(tmp_path, docker_client, capsys):
+    repo = make_repo(tmp_path)
+    script = write_replay(tmp_path / "s.jsonl", [{"tool_calls": [call("finish", summary="nothing to do")]}])
+    code = main(["run", "look around", "--repo", str(repo), "--model", f"replay:{script}", "--json",
+                 "--trajectory", str(tmp_path / "t.jsonl")])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0
+    types = [json.loads(line)["type"] for line in lines]
+    assert types[0] == "message" and types[-1] == "finish" and "usage" in types
+
+
+def test_ctrl_c_interrupts_and_resume_finishes_the_run(tmp_path, docker_client, capsys):
+    repo = make_repo(tmp_path)
+    script = write_replay(tmp_path / "script.jsonl", [
+        {"tool_calls": [FIX]},
+        {"tool_calls": [call("bash", command="sleep 60", timeout=120)]},
+        {"tool_calls": [call("bash", command="python3 -m pytest -q")]},
+        {"tool_calls": [call("finish", summary="fixed after resume")]},
+    ])
+    trajectory = tmp_path / "run.jsonl"
+    proc = subprocess.Popen([HORIZON, "run", "fix it", "--repo", str(repo), "--model", f"replay:{script}",
+                             "--trajectory", str(trajectory)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (trajectory.exists() and "sleep 60" in trajectory.read_text()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130, proc.stderr.read()
+    state = load_trajectory(trajectory)
+    assert state.finish_reason == "interrupted" and state.usage.calls == 2
+    assert "+    return a + b" in state.checkpoint_patch
+
+    patch = tmp_path / "resumed.patch"
+    assert main(["run", "--resume", str(trajectory), "--patch-out", str(patch)]) == 0, capsys.readouterr().err
+    resumed = load_trajectory(trajectory)
+    assert resumed.finish_reason == "submitted" and resumed.usage.calls == 4
+    observations = [m.content for m in resumed.messages if m.role == "tool"]
+    assert "interrupted by the user" in observations[1] and "1 passed" in observations[2]
+    assert "+    return a + b" in patch.read_text()
+    starts = [e for e in read_events(trajectory) if e.type == "run_start"]
+    assert [s.resumed for s in starts] == [False, True]
+    assert main(["run", "--resume", str(trajectory)]) == 2  # a finished run has nothing to continue
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "max_steps=0"], "max_steps: got 0"),
+        (["--set", "context.compact_trigger=2"], "context.compact_trigger: got 2"),
+        (["--set", "colour=blue"], "colour: unknown setting"),
+        (["--reasoning-effort", "extreme"], "reasoning_effort: got 'extreme'"),
+    ],
+)
+def test_bad_settings_are_rejected_with_the_field_named(tmp_path, capsys, args, message):
+    code = main(["run", "task", "--repo", str(tmp_path), "--model", "replay:x.jsonl", *args])
+    assert code == 2 and message in capsys.readouterr().err
+
+
+def test_config_file_errors_name_the_field(tmp_path, capsys):
+    config = tmp_path / "horizon.toml"
+    config.write_text('max_steps = 10\n[tools]\nbash_timeout_s = "soon"\n')
+    assert main(["run", "task", "--repo", str(tmp_path), "--model", "replay:x", "--config", str(config)]) == 2
+    assert "tools.bash_timeout_s: got 'soon'" in capsys.readouterr().err
