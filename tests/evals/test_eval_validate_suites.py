@@ -30,15 +30,18 @@ def test_every_sample_suite_is_valid_and_runs_four_at_once(eval_docker, tmp_path
     assert report.valid, report.render()
     formats = {r.format for r in report.oracle.values()}
     assert formats == {"tb1", "harbor", "swe", "cybergym"}
-    assert len(report.oracle) == len(report.nop) == 16
+    assert len(report.oracle) == len(report.nop) == 17
 
     oracle = ResultsLog(tmp_path / "validate" / "oracle" / "results.jsonl").load()
-    assert _max_overlap(oracle) == 4, "with -j 4 and 16 tasks, four trials run at the same time"
+    assert _max_overlap(oracle) == 4, "with -j 4 and 17 tasks, four trials run at the same time"
 
     nop = {r.task_id: r for r in report.nop.values()}
     assert nop["cg-tlv-stack"].error == "no PoC file at /workspace/poc"
     assert nop["horizon-samples__roman-1"].details["f2p"] == "0/4"
     assert nop["horizon-samples__roman-1"].details["p2p"] == "2/2"
+    deepswe = nop["deepswe-slugs"].details["metrics"]
+    assert (deepswe["reward"], deepswe["f2p"], deepswe["p2p"]) == (0, 0.0, 1.0)
+    assert report.oracle["deepswe-slugs"].details["metrics"]["f2p"] == 1.0
     cg = report.oracle["cg-rec-underflow"].details
     assert cg["vul_exit_code"] != 0 and cg["fix_exit_code"] == 0
     substituted = report.oracle["tb1-hello-file"].notes

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -73,6 +74,10 @@ def main() -> None:
     with open(HERE / "instances.jsonl", "w") as f:
         for record in records:
             f.write(json.dumps(record) + "\n")
+    # The DeepSWE-layout sample (../swe-harbor/deepswe-slugs) is built on the same slugs repository.
+    deepswe = HERE.parent / "swe-harbor" / "deepswe-slugs"
+    for sub in ("environment", "tests"):
+        shutil.copy(out_dir / f"{OWNER}__slugs.bundle", deepswe / sub / "repo.bundle")
     print(f"wrote {len(records)} instances and bundles to {HERE}")
 
 
