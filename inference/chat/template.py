@@ -145,6 +145,11 @@ class ChatTemplate:
     def _clear(self) -> bool:
         return self.style.clear_thinking_default if self.clear_thinking is None else self.clear_thinking
 
+    @property
+    def drops_history_reasoning(self) -> bool:
+        """Whether a new user message makes earlier turns lose their reasoning (prefix reuse breaks)."""
+        return self._clear()
+
     def _render_assistant(self, m: Message, keep_reasoning: bool) -> str:
         reasoning, content = split_reasoning(m)
         if self.style.strip_reasoning:

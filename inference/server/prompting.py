@@ -64,12 +64,14 @@ def prepare_chat(req: ChatCompletionRequest, tokenizer, defaults: ServerDefaults
         return PreparedChat(tokenizer.encode(text), template, tools, True, False, prefill, engine_effort)
 
     fingerprint = (repr(template), tuple(t.model_dump_json() for t in tools))
-    conv = sessions.take(session_id, fingerprint, req.messages) if session_id else None
+    # A template that drops past reasoning asks for a re-render; only otherwise extend the ids.
+    keep_ids = session_id is not None and not template.drops_history_reasoning
+    conv = sessions.take(session_id, fingerprint, req.messages) if keep_ids else None
     if conv is None:
         conv = Conversation(tokenizer, template, tools, req.messages)
     return PreparedChat(
         conv.prompt_ids(), template, tools, req.tool_choice != "none", template.generation_starts_in_reasoning,
-        engine_effort=engine_effort, conversation=conv if session_id else None, fingerprint=fingerprint,
+        engine_effort=engine_effort, conversation=conv if keep_ids else None, fingerprint=fingerprint,
     )
 
 
@@ -108,7 +110,8 @@ def sampling_params(req: SamplingFields, prompt_len: int, max_context: int, stop
         min_p=req.min_p or 0.0,
         seed=req.seed,
         max_tokens=wanted or min(room, defaults.max_tokens),
-        stop_token_ids=list(stop_ids),
+        stop_token_ids=[] if req.ignore_eos else list(stop_ids),
+        ignore_eos=req.ignore_eos,
         stop=req.stop_strings(),
         logprobs=logprobs,
     )

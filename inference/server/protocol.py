@@ -55,6 +55,8 @@ class SamplingFields(BaseModel):
     logprobs: Optional[Union[bool, int]] = None
     top_logprobs: Optional[int] = Field(default=None, ge=0, le=20)
     session_id: Optional[str] = Field(default=None, min_length=1, max_length=256)
+    # vLLM's extension: keep generating through end-of-turn tokens (benchmarks, load tests).
+    ignore_eos: bool = False
 
     @field_validator("stop")
     @classmethod

@@ -1,0 +1,80 @@
+"""A live server on 127.0.0.1 (free port) over the real engine and a tiny checkpoint.
+
+The checkpoint is the model engineer's random tiny checkpoint with crafted weights: every layer's
+output projections are zeroed, so the next token depends only on the current one, and
+embed/lm_head encode a chain that makes greedy decoding write SCRIPTED_REPLY after `<think>`.
+That gives a deterministic tool call from a real forward pass; sampled output stays random text.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+SCRIPTED_REPLY = ("Need files</think>Listing:<tool_call>bash<arg_key>command</arg_key>"
+                  "<arg_value>ls -la</arg_value></tool_call>")
+BASH_TOOL = {"type": "function", "function": {
+    "name": "bash", "description": "Run a shell command",
+    "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
+
+
+def write_scripted_checkpoint(out: Path) -> Path:
+    from inference.random_checkpoint import write_random_checkpoint
+    from inference.tokenizer import Tokenizer
+
+    write_random_checkpoint(out, preset="tiny", seed=0)
+    tok = Tokenizer.from_pretrained(out)
+    chain = [tok.token_id("<think>"), *tok.encode(SCRIPTED_REPLY), tok.token_id("<|observation|>")]
+    if len(set(chain[:-1])) != len(chain) - 1:
+        raise AssertionError("the scripted reply must not repeat a token (next token = f(current token))")
+    index = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
+    hidden = json.loads((out / "config.json").read_text())["hidden_size"]
+    # Orthonormal embeddings for the chain tokens give every greedy step a wide margin.
+    basis, _ = torch.linalg.qr(torch.randn(hidden, len(chain) - 1, generator=torch.Generator().manual_seed(0)))
+    for shard in sorted(set(index.values())):
+        tensors = load_file(out / shard)
+        for name, t in tensors.items():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                tensors[name] = torch.zeros_like(t)
+        if "model.embed_tokens.weight" in tensors:
+            embed = tensors["model.embed_tokens.weight"].float()
+            for i, tid in enumerate(chain[:-1]):
+                embed[tid] = basis[:, i] * 4.0
+            tensors["model.embed_tokens.weight"] = embed.to(tensors["model.embed_tokens.weight"].dtype)
+        if "model.norm.weight" in tensors:
+            tensors["model.norm.weight"] = torch.ones_like(tensors["model.norm.weight"])
+        if "lm_head.weight" in tensors:
+            head = torch.zeros_like(tensors["lm_head.weight"], dtype=torch.float32)
+            for i, (cur, nxt) in enumerate(zip(chain, chain[1:])):
+                head[nxt] += basis[:, i] * 8.0
+            tensors["lm_head.weight"] = head.to(tensors["lm_head.weight"].dtype)
+        save_file(tensors, out / shard, metadata={"format": "pt"})
+    return out
+
+
+@pytest.fixture(scope="session")
+def scripted_checkpoint(tmp_path_factory) -> Path:
+    return write_scripted_checkpoint(tmp_path_factory.mktemp("ckpt-scripted"))
+
+
+@pytest.fixture(scope="session")
+def live_server(scripted_checkpoint):
+    from inference.engine.engine_config import EngineConfig
+    from inference.server.runner import BackgroundServer, build_state
+
+    config = EngineConfig(dtype="float32", kv_budget_tokens=32768, page_size=16, max_running=32)
+    state = build_state(scripted_checkpoint, config, served_model_name="glm-tiny")
+    with BackgroundServer(state) as server:
+        yield server
+
+
+@pytest.fixture()
+def client(live_server):
+    import openai
+
+    with openai.OpenAI(base_url=live_server.base_url, api_key="unused", max_retries=0, timeout=120) as c:
+        yield c
