@@ -53,13 +53,15 @@ def summarize(results: list[TrialResult], agent: str) -> Summary:
     inp = sum(r.tokens.input for r in results)
     out = sum(r.tokens.output for r in results)
     cached = sum(r.tokens.cached for r in results)
-    min_attempts = min((len(v) for v in by_task.values()), default=0)
-    ks = [k for k in (1, 2, 4, 5, 8, 10) if k <= min_attempts]
+    # pass@k over graded trials only: an infrastructure error says nothing about the agent.
+    graded_by_task = {tid: [r for r in v if r.status != "error"] for tid, v in by_task.items()}
     pass_k = {}
-    if min_attempts > 1:
-        for k in ks:
-            scores = [pass_at_k(len(v), sum(r.status == "resolved" for r in v), k) for v in by_task.values()]
-            pass_k[f"pass@{k}"] = sum(scores) / len(scores)
+    if max((len(v) for v in by_task.values()), default=0) > 1:
+        for k in (1, 2, 4, 5, 8, 10):
+            eligible = [v for v in graded_by_task.values() if len(v) >= k]
+            if eligible:
+                scores = [pass_at_k(len(v), sum(r.status == "resolved" for r in v), k) for v in eligible]
+                pass_k[f"pass@{k}"] = sum(scores) / len(scores)
     per_task = [
         TaskSummary(
             task_id=tid,

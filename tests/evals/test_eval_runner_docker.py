@@ -143,3 +143,16 @@ def test_trials_are_spread_over_the_configured_engines(eval_docker, suite, tmp_p
     results = ResultsLog(tmp_path / "out" / "results.jsonl").load()
     assert sorted(r.engine for r in results) == ["engine-a", "engine-a", "engine-b", "engine-b"]
     assert summary.resolved_trials == 4
+
+
+def test_verifier_crash_is_retried_and_kept_apart_from_failures(eval_docker, suite, tmp_path):
+    root = suite("harbor-fix-backup", "tb1-hello-file")
+    (root / "harbor-fix-backup" / "tests" / "test.sh").write_text("#!/bin/bash\nmkdir -p /logs/verifier\necho -1 > /logs/verifier/reward.txt\n")
+    summary = run_eval(root, RunOptions(agent="oracle", attempts=2, out_dir=tmp_path / "out", progress=False),
+                       EvalConfig(max_infra_retries=1))
+    results = ResultsLog(tmp_path / "out" / "results.jsonl").load()
+    crashed = [r for r in results if r.task_id == "harbor-fix-backup"]
+    assert [(r.status, r.error_class, r.retries) for r in crashed] == [("error", "verifier_crashed", 1)] * 2
+    assert summary.error_classes == {"verifier_crashed": 2} and summary.infra_errors == 2
+    assert summary.resolved_rate == 1.0, "infrastructure errors are not counted as the agent's failures"
+    assert summary.pass_at_k == {"pass@1": 1.0, "pass@2": 1.0}, "pass@k is over graded trials"
