@@ -126,11 +126,11 @@ class MCPTool(Tool):
         return self._schema
 
     def validate(self, raw_args: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
-        try:
-            jsonschema.validate(raw_args, self._schema)
-        except jsonschema.ValidationError as exc:
-            where = ".".join(str(p) for p in exc.absolute_path) or "(arguments)"
-            raise _SchemaError(f"invalid arguments for {self.name}:\n- {where}: {exc.message}") from None
+        validator = jsonschema.validators.validator_for(self._schema)(self._schema)
+        errors = sorted(validator.iter_errors(raw_args), key=lambda e: list(map(str, e.absolute_path)))
+        if errors:
+            lines = [f"- {'.'.join(map(str, e.absolute_path)) or '(arguments)'}: {e.message}" for e in errors]
+            raise _SchemaError(f"invalid arguments for {self.name}:\n" + "\n".join(lines))
         return raw_args
 
     def run(self, args: dict[str, Any]) -> ToolResult:
