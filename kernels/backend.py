@@ -108,6 +108,25 @@ class TritonKernel:
                 self._compiled = triton.jit(self.fn)
             self._compiled[grid](*args, UPCAST=False, **meta)
 
+    def compile_ahead(self, arg_types: dict[str, str], meta: dict[str, Any], arch: int = 90):
+        """Compile for CUDA compute capability ``arch`` without a GPU (triton ships ptxas).
+
+        arg_types maps pointer and float arguments to triton types ("*bf16", "fp32", ...); other
+        runtime arguments are taken as i32. Returns the compiled kernel (``.metadata.shared`` is
+        its shared memory in bytes). Catches compile errors and resource overflows on CPU-only CI.
+        """
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+        from triton.runtime.jit import JITFunction
+
+        fn = JITFunction(self.fn)  # not triton.jit: that returns an interpreter stub under TRITON_INTERPRET=1
+        constexprs = {k: v for k, v in meta.items() if k in fn.arg_names}
+        constexprs["UPCAST"] = False
+        options = {k: v for k, v in meta.items() if k not in fn.arg_names}
+        signature = {n: "constexpr" if n in constexprs else arg_types.get(n, "i32") for n in fn.arg_names}
+        source = ASTSource(fn, signature, constexprs=constexprs)
+        return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+
 
 def dot_precision(dtype: torch.dtype) -> str:
     """fp32 inputs get exact fp32 dots (tl.dot defaults to tf32, ~1e-3 relative error); bf16/fp16

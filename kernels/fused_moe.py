@@ -140,6 +140,12 @@ _GATE_UP_KERNEL = TritonKernel(_moe_gate_up_kernel)
 _DOWN_KERNEL = TritonKernel(_moe_down_kernel)
 
 
+def fused_moe_meta(dtype: torch.dtype, block_m: int = 16, block_n: int = 64, block_k: int = 64) -> dict:
+    """Compile-time constants and launch options of both expert kernels (also used by the AOT
+    compile test). BLOCK_M=16 suits decode (few pairs per expert); untuned: no GPU yet."""
+    return dict(BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DOT_PRECISION=dot_precision(dtype), num_warps=4)
+
+
 def fused_moe_triton(
     hidden: torch.Tensor,
     gate_up: torch.Tensor,
@@ -162,6 +168,7 @@ def fused_moe_triton(
     gate_up = gate_up.contiguous()
     down = down.contiguous()
     weights = topk_weights.reshape(-1).contiguous()
+    meta = fused_moe_meta(hidden.dtype, block_m, block_n, block_k)
     blocks = align_pairs_by_expert(topk_ids, E, block_m)
     num_blocks = blocks.block_expert.shape[0]
     act = torch.empty((num_pairs, I), dtype=hidden.dtype, device=hidden.device)
@@ -172,16 +179,14 @@ def fused_moe_triton(
         hidden, gate_up, act, blocks.sorted_pairs, blocks.block_expert,
         num_pairs, top_k, H, I,
         hidden.stride(0), gate_up.stride(0), gate_up.stride(1), act.stride(0),
-        device=hidden.device, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-        DOT_PRECISION=dot_precision(hidden.dtype), num_warps=4,
+        device=hidden.device, **meta,
     )  # fmt: skip
     _DOWN_KERNEL.launch(
         (num_blocks, cdiv(H, block_n)),
         act, down, out_pairs, weights, blocks.sorted_pairs, blocks.block_expert,
         num_pairs, H, I,
         act.stride(0), down.stride(0), down.stride(1), out_pairs.stride(0),
-        device=hidden.device, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-        DOT_PRECISION=dot_precision(hidden.dtype), num_warps=4,
+        device=hidden.device, **meta,
     )  # fmt: skip
     return out_pairs.view(T, top_k, H).sum(dim=1).to(hidden.dtype)
 

@@ -115,6 +115,15 @@ def _indexer_scores_kernel(
 _SCORES_KERNEL = TritonKernel(_indexer_scores_kernel)
 
 
+def indexer_scores_meta(num_heads: int, head_dim: int, dtype: torch.dtype, block_s: int = 128) -> dict:
+    """Compile-time constants and launch options of the scoring kernel (also used by the AOT compile test).
+    BLOCK_S=128 amortizes the per-program load of q (H x D) over 128 keys; untuned (no GPU yet)."""
+    return dict(
+        BLOCK_S=block_s, BLOCK_H=max(16, next_pow2(num_heads)), BLOCK_D=max(16, next_pow2(head_dim)),
+        DOT_PRECISION=dot_precision(dtype), num_warps=4,
+    )  # fmt: skip
+
+
 def indexer_scores_triton(
     q: torch.Tensor,
     weights: torch.Tensor,
@@ -123,7 +132,7 @@ def indexer_scores_triton(
     query_seq: torch.Tensor,
     query_pos: torch.Tensor,
     softmax_scale: float,
-    block_s: int = 64,
+    block_s: int = 128,
 ) -> torch.Tensor:
     """Triton: [T, S] fp32 scores, -inf where masked (same contract as ``indexer_scores_torch``)."""
     T, H, D = q.shape
@@ -141,9 +150,7 @@ def indexer_scores_triton(
         q, weights, keys, key_slots, query_seq.contiguous(), query_pos.contiguous(), out,
         S, H, D, float(softmax_scale),
         q.stride(0), q.stride(1), weights.stride(0), key_slots.stride(0), out.stride(0),
-        device=q.device,
-        BLOCK_S=block_s, BLOCK_H=max(16, next_pow2(H)), BLOCK_D=max(16, next_pow2(D)),
-        DOT_PRECISION=dot_precision(q.dtype),
+        device=q.device, **indexer_scores_meta(H, D, q.dtype, block_s),
     )  # fmt: skip
     return out
 
