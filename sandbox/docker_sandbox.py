@@ -134,24 +134,35 @@ class Sandbox:
 
     def _after_shell_death(self, exc: Exception, start: float) -> ExecResult:
         died = self._death_error()
-        if died is not None:
-            self.close()
-            raise died from None
-        code = exc.exit_code if isinstance(exc, ShellDied) else None
-        self._shell.restart()
-        note = (f"[the shell exited (code {code}); a new shell was started in {self.config.workdir}: "
-                "working directory, variables and functions were reset]\n")
-        return ExecResult(code if code is not None else 1, note, False, False, time.monotonic() - start)
+        if died is None:
+            code = exc.exit_code if isinstance(exc, ShellDied) else None
+            try:
+                self._shell.restart()
+            except (ShellDied, StreamClosed, TimeoutError) as restart_exc:
+                # The engine may report the container as running for a moment after it was killed.
+                died = self._death_error(settle=5.0) or SandboxError(
+                    f"the sandbox shell exited and could not be restarted: {restart_exc}")
+            else:
+                note = (f"[the shell exited (code {code}); a new shell was started in {self.config.workdir}: "
+                        "working directory, variables and functions were reset]\n")
+                return ExecResult(code if code is not None else 1, note, False, False, time.monotonic() - start)
+        self.close()
+        raise died from None
 
-    def _death_error(self) -> ContainerDied | None:
+    def _death_error(self, settle: float = 0.0) -> ContainerDied | None:
         """A ContainerDied describing why the container stopped, or None while it still runs."""
-        try:
-            self._container.reload()
-        except Exception:
-            return ContainerDied(f"container {self.container_id[:12]} is gone (removed from outside)")
-        state = self._container.attrs.get("State", {})
-        if state.get("Running") and not state.get("Restarting"):
-            return None
+        deadline = time.monotonic() + settle
+        while True:
+            try:
+                self._container.reload()
+            except Exception:
+                return ContainerDied(f"container {self.container_id[:12]} is gone (removed from outside)")
+            state = self._container.attrs.get("State", {})
+            if not state.get("Running") or state.get("Restarting"):
+                break
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.1)
         if state.get("OOMKilled"):
             return ContainerDied(f"container was OOM-killed (memory limit {format_size(self.config.memory_bytes)})")
         return ContainerDied(

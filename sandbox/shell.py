@@ -128,7 +128,8 @@ class PersistentShell:
     def _parse(buf: bytearray, header_marker: bytes, limit: int) -> RawResult:
         start = buf.find(header_marker)
         nl = buf.find(b"\n", start)
-        rc, total, oom = (int(x) for x in buf[start + len(header_marker):nl].decode().split(":"))
+        fields = buf[start + len(header_marker):nl].decode(errors="replace").split(":")
+        rc, total, oom = (int(x) if x.lstrip("-").isdigit() else 0 for x in (fields + ["", "", ""])[:3])
         body = bytes(buf[nl + 1:])
         if total <= limit:
             return RawResult(rc, body, b"", total, oom, False)

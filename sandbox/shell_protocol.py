@@ -32,9 +32,19 @@ __hz_oom_kills() {  # sets __hz_oomn (no subshell: this runs around every comman
   fi
   __hz_oomn=$n
 }
+__hz_now() { local up; read -r up _ < /proc/uptime; __hz_cs=$(( 10#${up/./} )); }  # centiseconds = ticks
+__hz_mark_start() {
+  # The reaper treats forked subshells started at or after this tick as the command's. A tick
+  # shared with the previous command's end is skipped, so its background jobs are never taken.
+  __hz_now
+  (( __hz_cs <= __hz_end_cs )) && __hz_cs=$(( __hz_end_cs + 1 ))
+  printf '%s\n' "$__hz_cs" > "$__hz_dir/start"
+}
+__hz_end_cs=0
 __hz_run() {
   trap 'return 124' USR1
   export __HZ_CMD=$__hz_tok
+  __hz_mark_start
   __hz_oom_kills; __hz_oom0=$__hz_oomn
   eval "$__hz_cmd" > "$__hz_spool" 2>&1 < "$__hz_in"
 }
@@ -42,8 +52,9 @@ __hz_done() {
   local rc=$1 size oom
   trap ':' USR1
   export __HZ_CMD=
+  __hz_now; __hz_end_cs=$__hz_cs
   __hz_oom_kills; oom=$__hz_oomn
-  size=$(stat -c %s -- "$__hz_spool" 2>/dev/null || echo 0)
+  size=$(stat -c %s -- "$__hz_spool" 2>/dev/null); size=${size:-0}
   printf '\036HZ:%s:%s:%s:%s\n' "$2" "$rc" "$size" "$((oom - __hz_oom0))"
   if (( size <= __hz_head + __hz_tail )); then
     head -c "$size" -- "$__hz_spool"
@@ -62,21 +73,31 @@ REAPER_PRELUDE = r"""
 set +o history +m
 __hz_reap() {
   # $1: the command's token, $2: the shell's pid. Builtins only: forking may be impossible here.
-  local round p e found
-  local -a env
+  # A process belongs to the command if it carries the command's __HZ_CMD (exec'd programs), or
+  # if it sits in the shell's process group and started after the command did (forked
+  # subshells, which keep the shell's environment block).
+  local round p e line start=0 shell_pgid=-1
+  local -a env f found
   kill -USR1 "$2" 2>/dev/null
-  for ((round = 0; round < 200; round++)); do
+  read -r start < "$__hz_dir/start"
+  if read -r line < "/proc/$2/stat"; then f=(${line##*) }); shell_pgid=${f[2]}; fi
+  for ((round = 0; round < 100; round++)); do
     found=()
     for p in /proc/[0-9]*; do
       p=${p#/proc/}
-      [[ $p == "$$" || $p == "$2" ]] && continue
+      [[ $p == "$$" || $p == "$2" || $p == 1 ]] && continue
+      read -r line < "/proc/$p/stat" 2>/dev/null || continue
+      f=(${line##*) })
+      [[ ${f[0]} == Z ]] && continue  # already dead, waiting to be reaped
+      if (( f[2] == shell_pgid && f[19] >= start )); then
+        kill -STOP "$p" 2>/dev/null; found+=("$p"); continue
+      fi
       mapfile -d '' env < "/proc/$p/environ" 2>/dev/null || continue
       for e in "${env[@]}"; do
-        if [[ $e == "__HZ_CMD=$1" ]]; then found+=("$p"); break; fi
+        if [[ $e == "__HZ_CMD=$1" ]]; then kill -STOP "$p" 2>/dev/null; found+=("$p"); break; fi
       done
     done
     (( ${#found[@]} == 0 )) && break
-    kill -STOP "${found[@]}" 2>/dev/null
     kill -KILL "${found[@]}" 2>/dev/null
   done
   kill -USR1 "$2" 2>/dev/null

@@ -1,0 +1,57 @@
+"""Remove sandbox containers that crashed runs left behind (found by their label)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from sandbox.constants import LABEL_KEY, RUN_LABEL_KEY
+from sandbox.docker_client import connect
+
+
+@dataclass(frozen=True)
+class Removed:
+    name: str
+    run_id: str
+    age_seconds: float
+
+
+def collect_garbage(*, older_than: float = 0.0, run_id: str | None = None, docker_client=None,
+                    docker_host: str | None = None) -> list[Removed]:
+    """Force-remove labelled sandbox containers at least `older_than` seconds old (optionally of one run)."""
+    client = docker_client or connect(docker_host)
+    label = [LABEL_KEY] if run_id is None else [LABEL_KEY, f"{RUN_LABEL_KEY}={run_id}"]
+    now = datetime.now(timezone.utc)
+    removed = []
+    for container in client.containers.list(all=True, filters={"label": label}):
+        created = _parse_time(container.attrs.get("Created", ""))
+        age = (now - created).total_seconds() if created else float("inf")
+        if age < older_than:
+            continue
+        try:
+            container.remove(force=True, v=True)
+        except Exception:
+            continue  # removed concurrently by its own sandbox
+        removed.append(Removed(container.name, container.labels.get(RUN_LABEL_KEY, ""), age))
+    return removed
+
+
+def parse_duration(text: str) -> float:
+    """'90', '90s', '15m', '2h', '1d' -> seconds."""
+    text = text.strip().lower()
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        if text and text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise ValueError(f"older-than: expected a duration like 30s, 15m, 2h or 1d, got {text!r}") from None
+
+
+def _parse_time(value: str) -> datetime | None:
+    # Docker prints nanoseconds; Python parses at most microseconds.
+    try:
+        head, _, frac = value.rstrip("Z").partition(".")
+        return datetime.fromisoformat(head + ("." + frac[:6] if frac else "")).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
