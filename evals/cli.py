@@ -9,20 +9,35 @@ import time
 from pathlib import Path
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "eval",
+        usage="horizon eval [validate] PATH [options]",
         help="run an agent over Terminal-Bench, SWE-style or CyberGym-style tasks (or `eval validate PATH`)",
         description="Run an agent over a task suite, or `horizon eval validate PATH` to check that the "
         "oracle solves every task and nop none. Formats are detected per task.",
     )
-    p.add_argument("path", nargs="+", metavar="[validate] PATH", help="task folder, suite folder or SWE-bench JSON/JSONL")
+    p.add_argument("path", nargs="+", metavar="PATH", help="task folder, suite folder or SWE-bench JSON/JSONL")
     p.add_argument("--agent", choices=["horizon", "oracle", "nop"], default="oracle")
     p.add_argument("--model", help="model backend spec for --agent horizon (replay:FILE, openai:URL, embedded:PATH)")
-    p.add_argument("-j", "--jobs", type=int, default=1, help="trials run in parallel (default 1)")
+    p.add_argument("-j", "--jobs", type=_positive_int, default=1, help="trials run in parallel (default 1)")
     p.add_argument("--out", type=Path, help="output folder (default eval-out/<agent>-<time>)")
-    p.add_argument("--attempts", type=int, default=1, help="attempts per task, for pass@k (default 1)")
-    p.add_argument("--timeout-multiplier", type=float, default=1.0, help="scales every task timeout")
+    p.add_argument("--attempts", type=_positive_int, default=1, help="attempts per task, for pass@k (default 1)")
+    p.add_argument("--timeout-multiplier", type=_positive_float, default=1.0, help="scales every task timeout")
     p.add_argument("--filter", action="append", default=[], metavar="GLOB", help="only task ids matching GLOB (repeatable)")
     p.add_argument("--resume", action="store_true", help="skip trials already in OUT/results.jsonl")
     p.add_argument("--config", type=Path, help="eval config TOML (engines, image substitutions, retries, agent)")

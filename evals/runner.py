@@ -104,6 +104,7 @@ def _run_with_retries(task: Task, agent: EvalAgent, engine: Engine, out_dir: Pat
 def run_eval(path: Path, options: RunOptions, config: EvalConfig | None = None,
              agent: EvalAgent | None = None) -> Summary:
     config = config or EvalConfig()
+    agent = agent or make_agent(options, config)  # a bad --agent/--model fails before anything is written
     out = Path(options.out_dir)
     results = ResultsLog(out / "results.jsonl")
     previous = [r for r in results.load() if r.agent == options.agent]
@@ -117,7 +118,6 @@ def run_eval(path: Path, options: RunOptions, config: EvalConfig | None = None,
             log.error("invalid task %s", err)
     tasks = [t for t in loaded if isinstance(t, Task)]
     pending = [(t, a) for t in tasks for a in range(options.attempts) if (t.id, a) not in done]
-    agent = agent or make_agent(options, config)
     engines = make_engines(config)
     run_label = f"{options.agent}-{uuid.uuid4().hex[:8]}"
     progress = Progress(len(pending), enabled=options.progress)
