@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -139,6 +140,8 @@ def run_eval(path: Path, options: RunOptions, config: EvalConfig | None = None,
             for future in as_completed(futures):
                 future.result()
         except KeyboardInterrupt:
+            # Trials already running finish and are recorded; queued ones are dropped (--resume runs them).
+            print("\ninterrupted: finishing the running trials (Ctrl-C again to abort)", file=sys.stderr)
             pool.shutdown(wait=False, cancel_futures=True)
             raise
     progress.close()

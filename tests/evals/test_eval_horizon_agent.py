@@ -34,7 +34,7 @@ def test_horizon_answers_an_interactive_wizard_through_the_terminal(eval_docker,
         ("Service name.", [_call("terminal", text="horizon", wait_sec=0.3)]),
         ("Port.", [_call("terminal", text="8042", wait_sec=0.3)]),
         ("Confirm.", [_call("terminal", text="y", wait_sec=1.0)]),
-        ("Check the result.", [_call("bash", command="cat /app/service.ini")]),
+        ("Check the result.", [_call("bash", command="for i in $(seq 100); do [ -s /app/service.ini ] && break; sleep 0.1; done; cat /app/service.ini")]),
         ("Done.", [_call("finish", summary="ran the wizard with name horizon and port 8042")]),
     ])
     summary = run_eval(root, RunOptions(agent="horizon", model=f"replay:{replay}", out_dir=tmp_path / "out", progress=False))
@@ -43,7 +43,8 @@ def test_horizon_answers_an_interactive_wizard_through_the_terminal(eval_docker,
     assert r.tokens.input > 0 and r.tokens.cached > 0
     events = [json.loads(l) for l in Path(r.trajectory).read_text().splitlines()]
     outputs = [e["output"] for e in events if e["type"] == "tool_output"]
-    assert "Service name:" in outputs[0] and "configured_by = wizard" in outputs[4]
+    assert all(o.startswith("[terminal screen]") for o in outputs[:4])
+    assert "python3 /app/wizard.py" in outputs[0] and "configured_by = wizard" in outputs[4]
     assert events[-1]["type"] == "finish" and events[-1]["reason"] == "submitted"
     assert summary.cache_hit_rate is not None and 0 < summary.cache_hit_rate < 1
 
