@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Replay agent traces through the engine's own scheduler and prefix cache under a cost model.
+
+Two policies in one run, same device capacity (half the working set):
+- horizon: session retention (TTL) + host tier holding the rest of the working set;
+- lru:     plain LRU prefix cache (no retention, no host tier).
+
+The model forward is replaced by a cost model (prefill throughput, per-step overhead, host->device
+copy bandwidth), so traces with millions of prompt tokens replay on a CPU; the scheduler and the
+radix cache are `inference.engine`'s real classes. Replay rules: ../shared/traces/README.md.
+
+    python benchmarks/agent_cache.py                 # 64 sessions, 16 concurrent, scale 0.1
+    python benchmarks/agent_cache.py --trace traces.jsonl
+    python benchmarks/agent_cache.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from inference.engine.engine_config import EngineConfig  # noqa: E402
+from inference.engine.host_tier import HostTier  # noqa: E402
+from inference.engine.page_allocator import PageAllocator  # noqa: E402
+from inference.engine.radix_cache import RadixCache  # noqa: E402
+from inference.engine.sampling_params import SamplingParams  # noqa: E402
+from inference.engine.scheduler import Scheduler  # noqa: E402
+from inference.engine.sequence import Sequence  # noqa: E402
+
+VOCAB = 154880
+
+
+def load_trace_module():
+    candidates = [os.environ.get("HORIZON_TRACES_DIR"), REPO.parent / "shared" / "traces", "/work/shared/traces"]
+    for folder in candidates:
+        if folder and (Path(folder) / "agent_traces.py").exists():
+            spec = importlib.util.spec_from_file_location("agent_traces", Path(folder) / "agent_traces.py")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+    raise SystemExit("agent_traces.py not found: set HORIZON_TRACES_DIR to the shared traces folder")
+
+
+class CostModel:
+    """Seconds per engine step. Defaults: a GLM-5.x FP8 node (serving.md §5.3): ~4K prefill tok/s,
+    ~20 ms per decode step, ~54 KB of KV per token over a ~50 GB/s host link."""
+
+    def __init__(self, prefill_tok_s=4000.0, step_s=0.02, kv_bytes_per_token=53_900, host_gb_s=50.0):
+        self.prefill_tok_s = prefill_tok_s
+        self.step_s = step_s
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.host_bytes_s = host_gb_s * 1e9
+
+    def step(self, prefill_tokens: int, restored_tokens: int) -> float:
+        return (self.step_s + prefill_tokens / self.prefill_tok_s
+                + restored_tokens * self.kv_bytes_per_token / self.host_bytes_s)
+
+
+def working_set_tokens(sessions: list[dict], concurrency: int) -> int:
+    """Shared system prefixes once, plus `concurrency` sessions at their mean final context."""
+    systems = {s["system_group"]: s["system_tokens"] for s in sessions}
+    finals = []
+    for s in sessions:
+        ctx = s["task_tokens"] + sum(t["output_tokens"] + t["observation_tokens"] for t in s["turns"][:-1])
+        finals.append(ctx + s["turns"][-1]["output_tokens"])
+    return sum(systems.values()) + round(concurrency * sum(finals) / len(finals))
+
+
+def replay(sessions: list[dict], policy: str, device_tokens: int, host_tokens: int, page_size: int,
+           ttl_s: float, cost: CostModel) -> dict:
+    now = [0.0]
+    config = EngineConfig(kv_budget_tokens=device_tokens, page_size=page_size, max_batch_tokens=8192,
+                          chunk_size=4096, max_running=256, session_ttl_s=ttl_s, host_budget_tokens=host_tokens)
+    allocator = PageAllocator(config.device_pages(1))
+    cache = RadixCache(page_size, allocator, HostTier(config.host_pages()), clock=lambda: now[0])
+    sched = Scheduler(config, cache, allocator)
+
+    arrivals: list[tuple[float, int, int]] = []  # (time, session index, turn index)
+    turns = {}
+    for i, s in enumerate(sessions):
+        turns[i] = trace_module.materialize(s, VOCAB)
+        heapq.heappush(arrivals, (s["arrival_s"], i, 0))
+    live: dict[int, tuple[int, int, float, list[int]]] = {}  # id(seq) -> (session, turn, arrival, outputs)
+    seqs: dict[int, Sequence] = {}
+    totals = dict(prompt=0, device=0, host=0)
+    late_ttft: list[float] = []
+    first_token: dict[int, float] = {}
+    while arrivals or sched.has_work():
+        while arrivals and arrivals[0][0] <= now[0]:
+            t, i, k = heapq.heappop(arrivals)
+            prompt, output = turns[i][k]
+            seq = Sequence(f"{i}:{k}", prompt, SamplingParams(max_tokens=len(output)),
+                           session_id=sessions[i]["session_id"] if policy == "horizon" else None)
+            live[id(seq)] = (i, k, t, output)
+            seqs[id(seq)] = seq
+            sched.add(seq)
+        if not sched.has_work():
+            now[0] = arrivals[0][0]
+            continue
+        batch = sched.schedule()
+        if batch is None:  # waiting on capacity that nothing running will free: cannot happen
+            raise RuntimeError("scheduler made no progress")
+        prefill = sum(len(it.token_ids) for it in batch.items if not it.seq.in_decode)
+        now[0] += cost.step(prefill, batch.restored_pages * page_size)
+        for it in batch.items:
+            seq = it.seq
+            seq.num_computed += len(it.token_ids)
+            if it.num_logits == 0:
+                continue
+            i, k, t_arrival, output = live[id(seq)]
+            if seq.num_output == 0 and id(seq) not in first_token:
+                first_token[id(seq)] = now[0]
+                if k >= len(sessions[i]["turns"]) // 2:
+                    late_ttft.append(now[0] - t_arrival)
+            seq.tokens.append(output[seq.num_output])
+            if seq.num_output == len(output):
+                totals["prompt"] += seq.prompt_len
+                totals["device"] += seq.cached_device
+                totals["host"] += seq.cached_host
+                sched.finish(seq, "stop")
+                del live[id(seq)]
+                if k + 1 < len(sessions[i]["turns"]):
+                    heapq.heappush(arrivals, (now[0] + sessions[i]["turns"][k]["tool_s"], i, k + 1))
+    hits = totals["device"] + totals["host"]
+    late_ttft.sort()
+    return {
+        "policy": policy,
+        "sessions": len(sessions),
+        "prompt_tokens": totals["prompt"],
+        "hit_tokens": hits,
+        "hit_rate": round(hits / max(1, totals["prompt"]), 4),
+        "device_hit_tokens": totals["device"],
+        "host_hit_tokens": totals["host"],
+        "recomputed_tokens": totals["prompt"] - hits,
+        "capacity_tokens": allocator.num_pages * page_size,
+        "host_capacity_tokens": cache.host.allocator.num_pages * page_size,
+        "late_turn_ttft_mean_s": round(sum(late_ttft) / max(1, len(late_ttft)), 4),
+        "late_turn_ttft_p90_s": round(late_ttft[int(0.9 * (len(late_ttft) - 1))], 4) if late_ttft else 0.0,
+        "preemptions": sched.num_preemptions,
+        "virtual_time_s": round(now[0], 1),
+    }
+
+
+trace_module = None
+
+
+def main(argv: list[str] | None = None) -> int:
+    global trace_module
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trace", help="JSONL trace file (default: generate one in-process)")
+    p.add_argument("--sessions", type=int, default=64)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--scale", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--page-size", type=int, default=64)
+    p.add_argument("--ttl", type=float, default=120.0, help="session retention TTL (virtual seconds)")
+    p.add_argument("--quick", action="store_true", help="small trace for CI")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.sessions, a.concurrency, a.scale = 12, 6, 0.03
+    trace_module = load_trace_module()
+    if a.trace:
+        with open(a.trace) as f:
+            sessions = [json.loads(line) for line in f if line.strip()]
+    else:
+        sessions = list(trace_module.generate(a.sessions, a.concurrency, a.scale, 1.0, 1, a.seed))
+    ws = working_set_tokens(sessions, a.concurrency)
+    device = ws // 2
+    cost = CostModel()
+    print(f"# {len(sessions)} sessions, {a.concurrency} concurrent, working set {ws} tokens: "
+          f"device {device}, host {ws - device}, page {a.page_size}", flush=True)
+    results = {}
+    for policy, host, ttl in (("lru", 0, 0.0), ("horizon", ws - device, a.ttl)):
+        r = replay(sessions, policy, device, host, a.page_size, ttl, cost)
+        results[policy] = r
+        print(json.dumps(r), flush=True)
+    ours, lru = results["horizon"], results["lru"]
+    print(json.dumps({"comparison": {
+        "hit_rate": ours["hit_rate"], "lru_hit_rate": lru["hit_rate"],
+        "recompute_reduction_vs_lru": round(lru["recomputed_tokens"] / max(1, ours["recomputed_tokens"]), 2),
+        "late_ttft_speedup_vs_lru": round(lru["late_turn_ttft_mean_s"] / max(1e-9, ours["late_turn_ttft_mean_s"]), 2),
+        "unbounded_hit_rate": trace_module.describe(sessions)["unbounded_cache_hit_rate"],
+    }}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,247 @@
+"""The serving engine: requests in, tokens out, one model step at a time.
+
+`submit` is thread-safe and returns a handle that streams `StreamDelta`s. The step loop runs in
+a background thread after `start()` (or as a context manager); without it, handles and
+`generate` drive the steps inline in the caller's thread, which keeps tests deterministic.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+import torch
+
+from inference.engine.engine_config import EngineConfig
+from inference.engine.host_tier import HostTier
+from inference.engine.model_runner import ModelRunner
+from inference.engine.output_processor import StopChecker, process_outputs
+from inference.engine.page_allocator import PageAllocator
+from inference.engine.radix_cache import RadixCache
+from inference.engine.reasoning_budget import make_reasoning_state
+from inference.engine.request import EngineError, GenerateRequest, GenerateResult, StreamDelta, Usage
+from inference.engine.request_handle import RequestHandle
+from inference.engine.scheduler import Scheduler
+from inference.engine.sequence import Sequence, Status
+from inference.engine.speculative import CatchUp, MtpDrafter
+from inference.engine.think_tokens import think_token_ids
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class Engine:
+    def __init__(self, checkpoint_path: str | Path, config: EngineConfig,
+                 detokenize: Optional[Callable[[list[int]], str]] = None,
+                 clock: Callable[[], float] = time.monotonic):
+        from inference.loader import load_model
+        from inference.kv_cache import PagedKVCache
+
+        self.config = config
+        self.model = load_model(checkpoint_path, dtype=_DTYPES[config.dtype], device=config.device,
+                                latent_norm_eps=config.latent_norm_eps)
+        self.model_config = self.model.config
+        ps = config.page_size
+        self.cache_bytes_per_token = PagedKVCache(self.model_config, 1, ps, self.model.dtype, "cpu").bytes_per_token()
+        self.num_device_pages = config.device_pages(self.cache_bytes_per_token)
+        self.kv_cache = self.model.new_cache(self.num_device_pages, ps)
+        host_pages = config.host_pages()
+        host_cache = PagedKVCache(self.model_config, host_pages, ps, self.model.dtype, "cpu") if host_pages else None
+        self.allocator = PageAllocator(self.num_device_pages)
+        self.host = HostTier(host_pages, self.kv_cache, host_cache)
+        self.prefix_cache = RadixCache(ps, self.allocator, self.host, clock=clock, enabled=config.enable_prefix_cache)
+        self.scheduler = Scheduler(config, self.prefix_cache, self.allocator)
+        self.runner = ModelRunner(self.model, self.kv_cache, ps)
+        self.max_position = self.model_config.max_position_embeddings
+        self.drafter = (MtpDrafter(self.runner, config.num_speculative_tokens, self.max_position, self.scheduler.grow)
+                        if config.num_speculative_tokens > 0 else None)
+        start_id, end_id = think_token_ids(Path(checkpoint_path))
+        self.think_start_id = config.think_start_id if config.think_start_id is not None else start_id
+        self.think_end_id = config.think_end_id if config.think_end_id is not None else end_id
+        self.stops = StopChecker(frozenset(self.model_config.eos_token_id), self.max_position, detokenize)
+
+        self._ids = itertools.count()
+        self._lock = threading.Lock()  # guards the inbox and abort list
+        self._step_lock = threading.Lock()  # one step at a time, whichever thread drives
+        self._wake = threading.Condition(self._lock)
+        self._inbox: list[tuple[Sequence, RequestHandle]] = []
+        self._aborts: list[str] = []
+        self._live: dict[str, tuple[Sequence, RequestHandle]] = {}
+        self._thread: Optional[threading.Thread] = None
+        self._stopping = False
+        self.num_steps = 0
+        self._hit_tokens = {"prompt": 0, "device": 0, "host": 0}
+
+    # ---- validation ----
+    def _validate(self, req: GenerateRequest) -> None:
+        vocab = self.model_config.vocab_size
+        if not req.prompt_ids:
+            raise EngineError("prompt_ids", "empty prompt; expected at least one token id")
+        bad = next((t for t in req.prompt_ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise EngineError("prompt_ids", f"token id {bad} outside the vocabulary [0, {vocab})")
+        if req.params.max_tokens < 1:
+            raise EngineError("params.max_tokens", f"{req.params.max_tokens}; expected >= 1")
+        if len(req.prompt_ids) >= self.max_position:
+            raise EngineError("prompt_ids", f"prompt of {len(req.prompt_ids)} tokens does not fit the "
+                              f"context of {self.max_position} tokens (one position is needed to generate)")
+        bad = next((t for t in req.params.stop_token_ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise EngineError("params.stop_token_ids", f"token id {bad} outside the vocabulary [0, {vocab})")
+        need = min(len(req.prompt_ids) + req.params.max_tokens, self.max_position) + self.config.num_speculative_tokens
+        capacity = self.num_device_pages * self.config.page_size
+        if need > capacity:
+            raise EngineError("prompt_ids", f"prompt + max_tokens = {need} tokens exceed the KV budget of "
+                              f"{capacity} tokens; raise kv_budget_tokens or lower max_tokens")
+        if req.reasoning_effort is not None and (self.think_start_id is None or self.think_end_id is None):
+            raise EngineError("reasoning_effort", "the checkpoint has no <think>/</think> tokens; set "
+                              "EngineConfig.think_start_id / think_end_id")
+
+    # ---- public API ----
+    def submit(self, req: GenerateRequest) -> RequestHandle:
+        self._validate(req)
+        rid = req.request_id or f"req-{next(self._ids)}"
+        with self._lock:
+            if rid in self._live or any(s.request_id == rid for s, _ in self._inbox):
+                raise EngineError("request_id", f"{rid!r} is already in flight")
+        seq = Sequence(rid, req.prompt_ids, req.params, req.session_id, req.reasoning_effort,
+                       stop_token_ids=frozenset(req.params.stop_token_ids))
+        seq.reasoning = make_reasoning_state(req.reasoning_effort, self.config.reasoning_budgets,
+                                             self.think_start_id, self.think_end_id, req.prompt_ids)
+        handle = RequestHandle(rid, self._drive)
+        with self._lock:
+            self._inbox.append((seq, handle))
+            self._wake.notify()
+        return handle
+
+    def generate(self, requests: Iterable[GenerateRequest]) -> list[GenerateResult]:
+        handles = [self.submit(r) for r in requests]
+        return [h.result() for h in handles]
+
+    def abort(self, request_id: str) -> None:
+        with self._lock:
+            self._aborts.append(request_id)
+            self._wake.notify()
+
+    def start(self) -> "Engine":
+        if self._thread is None:
+            self._stopping = False
+            self._thread = threading.Thread(target=self._loop, name="horizon-engine", daemon=True)
+            self._thread.start()
+        return self
+
+    def shutdown(self) -> None:
+        if self._thread is not None:
+            with self._lock:
+                self._stopping = True
+                self._wake.notify()
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self) -> "Engine":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def clear_cache(self) -> None:
+        """Drop every cached prefix that no running request holds (both tiers)."""
+        with self._step_lock:
+            self.prefix_cache.clear()
+
+    def stats(self) -> dict:
+        h = self._hit_tokens
+        return {
+            "total_pages": self.num_device_pages,
+            "free_pages": self.allocator.num_free,
+            "device_cached_pages": self.prefix_cache.device_cached_pages,
+            "host_pages": self.host.allocator.num_pages,
+            "host_free_pages": self.host.num_free,
+            "host_cached_pages": self.prefix_cache.host_cached_pages,
+            "running": len(self.scheduler.running),
+            "waiting": len(self.scheduler.waiting),
+            "preemptions": self.scheduler.num_preemptions,
+            "pages_spilled": self.host.pages_spilled,
+            "pages_restored": self.host.pages_restored,
+            "prompt_tokens": h["prompt"],
+            "hit_rate": (h["device"] + h["host"]) / h["prompt"] if h["prompt"] else 0.0,
+            "device_hit_rate": h["device"] / h["prompt"] if h["prompt"] else 0.0,
+            "host_hit_rate": h["host"] / h["prompt"] if h["prompt"] else 0.0,
+            "steps": self.num_steps,
+        }
+
+    # ---- the loop ----
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._stopping and not self._inbox and not self._aborts and not self.scheduler.has_work():
+                    self._wake.wait()
+                if self._stopping:
+                    return
+            self.step()
+
+    def _drive(self, handle: RequestHandle) -> bool:
+        if self._thread is not None:
+            return False
+        self.step()
+        return True
+
+    def step(self) -> None:
+        with self._step_lock:
+            self._take_inbox()
+            batch = self.scheduler.schedule()
+            if batch is None:
+                return
+            self.num_steps += 1
+            want_hidden = self.drafter is not None
+            out = self.runner.run_target(batch.items, want_hidden)
+            outcomes = process_outputs(batch.items, out, self.stops)
+            catch_up = []
+            for o in outcomes:
+                seq = o.item.seq
+                seq.num_computed = o.item.start + o.num_valid
+                seq.spec_drafted += o.item.num_drafts
+                seq.spec_accepted += o.accepted
+                if o.finish is None and self.drafter is not None:
+                    catch_up.append(CatchUp(seq, o.item.start, o.num_valid, out.token_rows[o.index]))
+            if self.drafter is not None:
+                self.drafter.step(catch_up, out.hidden)
+            for o in outcomes:
+                self._emit(o.item.seq, o.new_tokens, o.logprobs, o.finish)
+
+    def _take_inbox(self) -> None:
+        with self._lock:
+            inbox, self._inbox = self._inbox, []
+            aborts, self._aborts = self._aborts, []
+        for seq, handle in inbox:
+            self._live[seq.request_id] = (seq, handle)
+            self.scheduler.add(seq)
+        for rid in aborts:
+            if rid in self._live:
+                self._emit(self._live[rid][0], [], [], ("abort", None))
+
+    def _emit(self, seq: Sequence, tokens, logprobs, finish) -> None:
+        if seq.status is Status.FINISHED or seq.request_id not in self._live:
+            return
+        handle = self._live[seq.request_id][1]
+        delta = StreamDelta(token_ids=list(tokens), logprobs=list(logprobs) if seq.logprobs is not None and logprobs else None)
+        if finish is not None:
+            reason, stop_reason = finish
+            self.scheduler.finish(seq, reason)
+            del self._live[seq.request_id]
+            delta.finish_reason = reason
+            delta.stop_reason = stop_reason
+            delta.usage = self._usage(seq)
+            self._hit_tokens["prompt"] += seq.prompt_len
+            self._hit_tokens["device"] += seq.cached_device
+            self._hit_tokens["host"] += seq.cached_host
+        if delta.token_ids or delta.finish_reason is not None:
+            handle.push(delta)
+
+    def _usage(self, seq: Sequence) -> Usage:
+        return Usage(prompt_tokens=seq.prompt_len, cached_tokens=seq.cached_device + seq.cached_host,
+                     cached_tokens_device=seq.cached_device, cached_tokens_host=seq.cached_host,
+                     completion_tokens=seq.num_output, spec_draft_tokens=seq.spec_drafted,
+                     spec_accepted_tokens=seq.spec_accepted)

@@ -1,0 +1,92 @@
+"""Engine configuration, validated at the edge."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+REASONING_LEVELS = ("none", "low", "medium", "high", "max")
+
+# Thinking-token budgets per reasoning effort; None means unlimited.
+DEFAULT_REASONING_BUDGETS: dict[str, Optional[int]] = {
+    "none": 0,
+    "low": 512,
+    "medium": 2048,
+    "high": 8192,
+    "max": None,
+}
+
+
+class EngineConfig(BaseModel):
+    """Everything that sizes and tunes one engine instance.
+
+    The KV budget is given in tokens or bytes (bytes win when both are set); it is rounded down
+    to whole pages. `host_budget_tokens=0` turns the host tier off, `session_ttl_s=0` turns
+    session retention off: both together give a plain LRU prefix cache.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    dtype: str = "bfloat16"
+    device: str = "cpu"
+    kv_budget_tokens: Optional[int] = Field(default=None, ge=1)
+    kv_budget_bytes: Optional[int] = Field(default=None, ge=1)
+    page_size: int = Field(default=64, ge=1)
+    host_budget_tokens: int = Field(default=0, ge=0)
+    max_batch_tokens: int = Field(default=2048, ge=1)
+    chunk_size: int = Field(default=512, ge=1)
+    max_running: int = Field(default=64, ge=1)
+    num_speculative_tokens: int = Field(default=0, ge=0, le=8)
+    enable_prefix_cache: bool = True
+    session_ttl_s: float = Field(default=300.0, ge=0.0)
+    reasoning_budgets: dict[str, Optional[int]] = Field(default_factory=lambda: dict(DEFAULT_REASONING_BUDGETS))
+    think_start_id: Optional[int] = None
+    think_end_id: Optional[int] = None
+    # eps of the q/kv latent norms; None = the checkpoint's (see inference.config). transformers
+    # uses 1e-6 there, so parity runs against it pass 1e-6.
+    latent_norm_eps: Optional[float] = None
+    # Waiting requests are reordered by cached-prefix length, but one that has waited this many
+    # steps goes first, so a long-prefix stream cannot starve a cold request.
+    max_wait_steps: int = Field(default=32, ge=1)
+
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, v: str) -> str:
+        if v not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {v!r}")
+        return v
+
+    @field_validator("reasoning_budgets")
+    @classmethod
+    def _known_levels(cls, v: dict[str, Optional[int]]) -> dict[str, Optional[int]]:
+        merged = dict(DEFAULT_REASONING_BUDGETS)
+        for level, budget in v.items():
+            if level not in REASONING_LEVELS:
+                raise ValueError(f"reasoning_budgets: unknown level {level!r}, expected one of {REASONING_LEVELS}")
+            if budget is not None and budget < 0:
+                raise ValueError(f"reasoning_budgets[{level!r}] must be >= 0 or None, got {budget}")
+            merged[level] = budget
+        return merged
+
+    @model_validator(mode="after")
+    def _budget_given(self) -> "EngineConfig":
+        if self.kv_budget_tokens is None and self.kv_budget_bytes is None:
+            raise ValueError("kv_budget_tokens or kv_budget_bytes must be set")
+        return self
+
+    def device_pages(self, bytes_per_token: int) -> int:
+        """Number of device KV pages the budget buys."""
+        if self.kv_budget_bytes is not None:
+            tokens = self.kv_budget_bytes // max(1, bytes_per_token)
+        else:
+            tokens = self.kv_budget_tokens or 0
+        pages = tokens // self.page_size
+        if pages < 1:
+            raise ValueError(
+                f"KV budget buys {tokens} tokens, less than one page of {self.page_size} tokens"
+            )
+        return pages
+
+    def host_pages(self) -> int:
+        return self.host_budget_tokens // self.page_size

@@ -1,0 +1,88 @@
+"""After a forward: sample (and verify drafts) for every item, update sequences, detect stops."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from inference.engine.model_runner import TargetOutput
+from inference.engine.request import TokenLogprob
+from inference.engine.sampler import SampleRow, sample
+from inference.engine.scheduler import ScheduledItem
+from inference.engine.sequence import Sequence
+
+# Stop strings are searched in the detokenized tail of the output; no realistic stop string
+# spans more tokens than this.
+_STOP_WINDOW_TOKENS = 64
+
+
+@dataclass
+class ItemOutcome:
+    item: ScheduledItem
+    index: int  # position of the item in the step's batch
+    new_tokens: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    accepted: int = 0  # drafts accepted
+    finish: Optional[tuple[str, Optional[str | int]]] = None  # (reason, stop string / token id)
+
+    @property
+    def num_valid(self) -> int:
+        """Fed tokens whose KV is now valid."""
+        if self.item.num_logits <= 1:
+            return len(self.item.token_ids)
+        return 1 + self.accepted
+
+
+class StopChecker:
+    def __init__(self, eos_ids: frozenset[int], max_position: int,
+                 detokenize: Optional[Callable[[list[int]], str]] = None):
+        self.eos_ids = eos_ids
+        self.max_position = max_position
+        self.detokenize = detokenize
+
+    def check(self, seq: Sequence, token: int) -> Optional[tuple[str, Optional[str | int]]]:
+        p = seq.params
+        if token in seq.stop_token_ids or (not p.ignore_eos and token in self.eos_ids):
+            return "stop", token
+        if p.stop and self.detokenize is not None:
+            text = self.detokenize(seq.output_ids[-_STOP_WINDOW_TOKENS:])
+            for s in p.stop:
+                if s and s in text:
+                    return "stop", s
+        if seq.num_output >= p.max_tokens or len(seq.tokens) >= self.max_position:
+            return "length", None
+        return None
+
+
+def process_outputs(items: list[ScheduledItem], out: TargetOutput, stops: StopChecker) -> list[ItemOutcome]:
+    """Sample position by position (batched over items) so drafts are verified in order, with
+    every reasoning-budget and stop decision seeing the tokens accepted before it."""
+    outcomes = [ItemOutcome(it, i) for i, it in enumerate(items)]
+    live = [o for o in outcomes if o.item.num_logits > 0]
+    j = 0
+    while live:
+        rows = []
+        for o in live:
+            seq, rs = o.item.seq, o.item.seq.reasoning
+            rows.append(SampleRow(seq.params, seq.num_output,
+                                  forced=rs.forced_token() if rs else None,
+                                  banned=rs.banned_token() if rs else None))
+        idx = [out.logit_rows[o.index] + j for o in live]
+        tokens, logprobs = sample(out.logits[idx], rows)
+        still = []
+        for o, tok, lp in zip(live, tokens, logprobs):
+            seq = o.item.seq
+            seq.tokens.append(tok)
+            o.new_tokens.append(tok)
+            if seq.reasoning is not None:
+                seq.reasoning.advance(tok)
+            if lp is not None:
+                o.logprobs.append(lp)
+            matched = j < o.item.num_drafts and tok == o.item.token_ids[j + 1]
+            if matched:
+                o.accepted += 1
+            o.finish = stops.check(seq, tok)
+            if matched and o.finish is None:
+                still.append(o)
+        live, j = still, j + 1
+    return outcomes

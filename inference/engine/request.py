@@ -1,0 +1,64 @@
+"""Public request / result types and the engine's error type."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from inference.engine.sampling_params import SamplingParams
+
+FinishReason = Literal["stop", "length", "abort"]
+ReasoningEffort = Literal["none", "low", "medium", "high", "max"]
+
+
+class EngineError(ValueError):
+    """A request the engine refuses; the message names the field, the value and what was expected."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class GenerateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_ids: list[int]
+    params: SamplingParams = Field(default_factory=SamplingParams)
+    session_id: Optional[str] = None
+    reasoning_effort: Optional[ReasoningEffort] = None
+    request_id: Optional[str] = None
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    cached_tokens_device: int = 0
+    cached_tokens_host: int = 0
+    completion_tokens: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+
+
+class TokenLogprob(BaseModel):
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = Field(default_factory=list)
+
+
+class StreamDelta(BaseModel):
+    token_ids: list[int] = Field(default_factory=list)
+    finish_reason: Optional[FinishReason] = None
+    usage: Optional[Usage] = None
+    logprobs: Optional[list[TokenLogprob]] = None
+    stop_reason: Optional[str | int] = None
+
+
+class GenerateResult(BaseModel):
+    request_id: str
+    token_ids: list[int]
+    finish_reason: FinishReason
+    usage: Usage
+    logprobs: Optional[list[TokenLogprob]] = None
+    # The stop string or stop token id that ended generation, when one did.
+    stop_reason: Optional[str | int] = None

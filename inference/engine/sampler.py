@@ -1,0 +1,89 @@
+"""Batched sampling: greedy, temperature, top-k, top-p, min-p, per-request seeds.
+
+Randomness uses the exponential race (argmax of p / q with q ~ Exp(1)), which samples exactly
+from p. A seeded request draws q from its own generator keyed by (seed, output index), so its
+tokens do not depend on which other requests share the batch, nor on speculation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from inference.engine.request import TokenLogprob
+from inference.engine.sampling_params import SamplingParams
+
+
+@dataclass
+class SampleRow:
+    params: SamplingParams
+    output_index: int  # index of the token being sampled within the request's output
+    forced: Optional[int] = None  # token that must be chosen (reasoning budget)
+    banned: Optional[int] = None  # token that may not be chosen
+
+
+def _seeded_noise(seed: int, index: int, vocab: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed((seed * 1_000_003 + index) % (2**63))
+    return torch.empty(vocab).exponential_(generator=gen)
+
+
+def sample(logits: torch.Tensor, rows: list[SampleRow]) -> tuple[list[int], list[Optional[TokenLogprob]]]:
+    """logits [M, V] (any dtype, any device) -> one token per row, plus logprobs where asked."""
+    logits = logits.float()
+    m, vocab = logits.shape
+    masked = logits.clone()
+    for i, row in enumerate(rows):
+        if row.banned is not None:
+            masked[i, row.banned] = float("-inf")
+        if row.forced is not None:
+            masked[i].fill_(float("-inf"))
+            masked[i, row.forced] = 0.0
+
+    tokens = masked.argmax(dim=-1)
+    random_rows = [i for i, r in enumerate(rows) if not r.params.greedy and r.forced is None]
+    if random_rows:
+        idx = torch.tensor(random_rows, device=logits.device)
+        sub = masked[idx]
+        temp = torch.tensor([rows[i].params.temperature for i in random_rows], device=logits.device)
+        top_k = torch.tensor([rows[i].params.top_k or vocab for i in random_rows], device=logits.device)
+        top_p = torch.tensor([rows[i].params.top_p for i in random_rows], device=logits.device)
+        min_p = torch.tensor([rows[i].params.min_p for i in random_rows], device=logits.device)
+        probs = _filtered_probs(sub / temp[:, None], top_k, top_p, min_p)
+        noise = torch.empty_like(probs)
+        unseeded = [j for j, i in enumerate(random_rows) if rows[i].params.seed is None]
+        if unseeded:
+            noise[unseeded] = torch.empty(len(unseeded), vocab, device=logits.device).exponential_()
+        for j, i in enumerate(random_rows):
+            if rows[i].params.seed is not None:
+                noise[j] = _seeded_noise(rows[i].params.seed, rows[i].output_index, vocab).to(logits.device)
+        tokens[idx] = (probs / noise).argmax(dim=-1)
+
+    token_list = tokens.tolist()
+    logprobs: list[Optional[TokenLogprob]] = [None] * m
+    want = [i for i, r in enumerate(rows) if r.params.logprobs is not None]
+    if want:
+        lp = torch.log_softmax(logits[want], dim=-1)
+        n_top = max(rows[i].params.logprobs for i in want)
+        top_v, top_i = lp.topk(max(1, n_top), dim=-1)
+        for j, i in enumerate(want):
+            n = rows[i].params.logprobs
+            top = list(zip(top_i[j, :n].tolist(), top_v[j, :n].tolist()))
+            logprobs[i] = TokenLogprob(token_id=token_list[i], logprob=lp[j, token_list[i]].item(), top=top)
+    return token_list, logprobs
+
+
+def _filtered_probs(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """Softmax after top-k, top-p (nucleus, keeping at least one token) and min-p filters."""
+    sorted_logits, order = scaled.sort(dim=-1, descending=True)
+    ranks = torch.arange(scaled.shape[-1], device=scaled.device)[None, :]
+    drop = ranks >= top_k[:, None]
+    sorted_probs = torch.softmax(sorted_logits.masked_fill(drop, float("-inf")), dim=-1)
+    before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    drop |= before >= top_p[:, None]
+    drop |= sorted_probs < min_p[:, None] * sorted_probs[:, :1]
+    drop[:, 0] = False
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    filtered = torch.full_like(scaled, float("-inf")).scatter(-1, order, sorted_logits)
+    return torch.softmax(filtered, dim=-1)

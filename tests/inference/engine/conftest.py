@@ -1,0 +1,45 @@
+"""Engine test fixtures: one tiny checkpoint, and transformers' greedy outputs as the oracle."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="session")
+def engine_checkpoint(tmp_path_factory):
+    """The tiny preset with 16 indexer heads. With the preset's 4, many keys score exactly 0 after
+    the ReLU, and which of the tied keys top-k keeps is implementation-defined (it even changes
+    with sequence length inside transformers), so greedy parity would test tie-breaking."""
+    from inference.random_checkpoint import write_random_checkpoint
+
+    return write_random_checkpoint(tmp_path_factory.mktemp("ckpt-engine"), preset="tiny", seed=0,
+                                   overrides={"index_n_heads": 16})
+
+
+@pytest.fixture(scope="session")
+def hf_greedy(engine_checkpoint):
+    """(prompt tuple, n) -> transformers GlmMoeDsaForCausalLM greedy continuation (fp32, no EOS)."""
+    from transformers import AutoConfig, GlmMoeDsaForCausalLM
+
+    config = AutoConfig.from_pretrained(engine_checkpoint)
+    # config.json has no num_key_value_heads; transformers' default (64) is wrong for MLA here.
+    config.num_key_value_heads = config.num_attention_heads
+    model = GlmMoeDsaForCausalLM.from_pretrained(engine_checkpoint, config=config, dtype=torch.float32,
+                                                 attn_implementation="eager").eval()
+
+    @functools.lru_cache(maxsize=None)
+    def run(prompt: tuple[int, ...], n: int) -> list[int]:
+        with torch.inference_mode():
+            out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False,
+                                 eos_token_id=None, pad_token_id=0)
+        return out[0, len(prompt):].tolist()
+
+    return run
+
+
+def make_prompt(seed: int, n: int, vocab: int = 400) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, vocab, (n,), generator=g).tolist()

@@ -1,0 +1,100 @@
+"""Greedy output equals transformers `generate` on the same random checkpoint (fp32), under every
+engine feature that could change it: batching, staggered arrivals, prefix hits at and inside page
+boundaries, host-tier restore, preemption, chunked prefill, MTP speculation."""
+
+from __future__ import annotations
+
+import pytest
+
+from inference.engine import Engine, EngineConfig, GenerateRequest, SamplingParams
+
+from .conftest import make_prompt
+
+PS = 16
+
+
+def engine(ckpt, **overrides) -> Engine:
+    cfg = dict(dtype="float32", device="cpu", kv_budget_tokens=2048, page_size=PS, latent_norm_eps=1e-6)
+    cfg.update(overrides)
+    return Engine(ckpt, EngineConfig(**cfg))
+
+
+def greedy(prompt, n, **kw) -> GenerateRequest:
+    return GenerateRequest(prompt_ids=prompt, params=SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True), **kw)
+
+
+PROMPTS = [make_prompt(i, n) for i, n in enumerate([40, 9, 23, 57, 16, 33, 70, 5])]
+N_NEW = 6
+
+
+def test_single_request_matches_transformers(engine_checkpoint, hf_greedy):
+    eng = engine(engine_checkpoint)
+    (res,) = eng.generate([greedy(PROMPTS[0], 12)])
+    assert res.token_ids == hf_greedy(tuple(PROMPTS[0]), 12)
+    assert res.finish_reason == "length" and res.usage.completion_tokens == 12
+
+
+def test_eight_staggered_requests_match_transformers(engine_checkpoint, hf_greedy):
+    eng = engine(engine_checkpoint)
+    handles = []
+    for i, prompt in enumerate(PROMPTS):
+        handles.append(eng.submit(greedy(prompt, N_NEW)))
+        if i % 2:
+            eng.step()  # later requests arrive while earlier ones are prefilling/decoding
+    for prompt, h in zip(PROMPTS, handles):
+        assert h.result().token_ids == hf_greedy(tuple(prompt), N_NEW)
+
+
+def test_prefix_hits_at_and_inside_page_boundaries(engine_checkpoint, hf_greedy):
+    eng = engine(engine_checkpoint)
+    base = PROMPTS[6]  # 70 tokens
+    eng.generate([greedy(base, N_NEW)])
+    cases = [base[:32] + make_prompt(100, 20), base[:40] + make_prompt(101, 20), list(base)]
+    results = eng.generate([greedy(p, N_NEW) for p in cases])
+    # 32 shared tokens = 2 whole pages; 40 shared = 2 whole pages + 8 recomputed; identical
+    # prompt: every whole page except the one holding the last token (which must be computed).
+    assert [r.usage.cached_tokens for r in results] == [32, 32, 64]
+    for p, r in zip(cases, results):
+        assert r.token_ids == hf_greedy(tuple(p), N_NEW)
+
+
+def test_restore_from_host_tier(engine_checkpoint, hf_greedy):
+    # 5 device pages: each request needs most of them, so the previous prompts go to the host.
+    eng = engine(engine_checkpoint, kv_budget_tokens=5 * PS, host_budget_tokens=32 * PS)
+    a, b, c = PROMPTS[3], PROMPTS[5], PROMPTS[0]
+    for p in (a, b, c):
+        eng.generate([greedy(p, N_NEW)])
+    assert eng.stats()["pages_spilled"] > 0
+    (again,) = eng.generate([greedy(a, N_NEW)])
+    assert again.usage.cached_tokens_host == 48 and again.usage.cached_tokens_device == 0
+    assert again.token_ids == hf_greedy(tuple(a), N_NEW)
+    assert eng.stats()["pages_restored"] >= 3
+
+
+def test_preemption_under_tiny_kv_budget(engine_checkpoint, hf_greedy):
+    eng = engine(engine_checkpoint, kv_budget_tokens=6 * PS, enable_prefix_cache=False)
+    prompts = [PROMPTS[0], PROMPTS[2], PROMPTS[5], PROMPTS[1]]
+    results = eng.generate([greedy(p, 12) for p in prompts])
+    assert eng.stats()["preemptions"] > 0
+    for p, r in zip(prompts, results):
+        assert r.token_ids == hf_greedy(tuple(p), 12)
+    assert eng.stats()["free_pages"] == 6
+
+
+def test_chunked_prefill(engine_checkpoint, hf_greedy):
+    eng = engine(engine_checkpoint, chunk_size=7, max_batch_tokens=12)
+    prompts = [PROMPTS[6], PROMPTS[3], PROMPTS[2]]
+    results = eng.generate([greedy(p, N_NEW) for p in prompts])
+    for p, r in zip(prompts, results):
+        assert r.token_ids == hf_greedy(tuple(p), N_NEW)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_mtp_speculation_keeps_greedy_output(engine_checkpoint, hf_greedy, k):
+    eng = engine(engine_checkpoint, num_speculative_tokens=k)
+    prompts = [PROMPTS[0], PROMPTS[3], PROMPTS[6]]
+    results = eng.generate([greedy(p, 12) for p in prompts])
+    for p, r in zip(prompts, results):
+        assert r.token_ids == hf_greedy(tuple(p), 12)
+        assert r.usage.spec_draft_tokens > 0
+        assert 0 <= r.usage.spec_accepted_tokens <= r.usage.spec_draft_tokens
