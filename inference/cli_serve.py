@@ -19,7 +19,7 @@ def register(subparsers) -> None:
                    help="template generation (default: detected from the checkpoint's chat_template.jinja)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    p.add_argument("--kv-budget-tokens", type=int, default=None, help="device KV cache size in tokens")
+    p.add_argument("--kv-budget-tokens", type=int, default=65536, help="device KV cache size in tokens")
     p.add_argument("--host-budget-tokens", type=int, default=0, help="host-memory KV tier in tokens (0: off)")
     p.add_argument("--max-running", type=int, default=64, help="requests decoded together")
     p.add_argument("--session-ttl", type=float, default=300.0, help="seconds a session's cache is protected")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Any, AsyncIterator, Optional
 from fastapi import FastAPI, Header, Request
 from fastapi.responses import StreamingResponse
 
-from inference.chat.parser import StreamingParser
+from inference.chat.parser import FormatError, StreamingParser
 from inference.server.engine_bridge import submit
 from inference.server.errors import APIError, install_error_handlers
 from inference.server.output_text import OutputText
@@ -26,7 +27,7 @@ from inference.server.protocol import ChatCompletionRequest, CompletionRequest, 
 from inference.server.replies import SSE_DONE, ChatReply, new_id, sse, token_logprobs, usage_body
 from inference.server.sessions import SessionStore
 
-SESSION_HEADER = "X-Session-Id"
+log = logging.getLogger("horizon.server")
 
 
 @dataclass
@@ -147,6 +148,8 @@ async def _chat_events(state: ServerState, body: ChatCompletionRequest, prepared
             if final:
                 events += parser.feed(text.finish()) + parser.finish()
                 reason, usage = delta.finish_reason, delta.usage
+                if reason == "length":  # finish_reason already says the reasoning was cut off
+                    events = [e for e in events if not (isinstance(e, FormatError) and e.message.startswith("unclosed <think>"))]
             if delta.logprobs:
                 reply.logprobs += token_logprobs(state.tokenizer, delta.logprobs)
             for ev in events:
@@ -212,6 +215,9 @@ def _sse_response(stream: AsyncIterator, state: ServerState) -> StreamingRespons
                 yield item
         except APIError as exc:
             yield sse(exc.body())
+        except Exception as exc:  # the status line is sent already: report in-band, keep serving
+            log.exception("stream failed")
+            yield sse(APIError(500, f"internal error: {type(exc).__name__}: {exc}").body())
         finally:
             state.inflight -= 1
             await stream.aclose()
