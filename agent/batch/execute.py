@@ -21,6 +21,7 @@ from agent.batch.results import JobResult, classify
 from agent.batch.workspace import JobWorkspace, WorkspaceError, prepare_workspace
 from agent.config import AgentConfig
 from agent.events import RunStart
+from agent.instructions import build_system_prompt, load_project_instructions
 from agent.loop import Agent, RunResult
 from agent.tools import ToolSet, builtin_tools
 from agent.trajectory import TrajectoryWriter
@@ -83,7 +84,7 @@ def run_job(job: BatchJob, settings: JobSettings, paths: JobPaths, handle: JobHa
         with settings.sandbox_factory(workspace.path) as sandbox:
             with handle.lock:
                 handle.sandbox = sandbox
-            _run_in_sandbox(job, settings, paths, handle, sandbox, outcome)
+            _run_in_sandbox(job, settings, paths, handle, sandbox, workspace.path, outcome)
     except WorkspaceError as exc:
         outcome.error = f"preparing the repository failed: {exc}"
     except Exception as exc:  # sandbox start failures, a sandbox killed by the watchdog, ...
@@ -132,7 +133,7 @@ class _Outcome:
     error: str | None = None
 
 
-def _run_in_sandbox(job, settings, paths, handle, sandbox, outcome: _Outcome) -> None:
+def _run_in_sandbox(job, settings, paths, handle, sandbox, workspace_path: Path, outcome: _Outcome) -> None:
     for command in job.setup:
         result = sandbox.exec(command, timeout=job.limits.test_timeout_s)
         if result.exit_code != 0:
@@ -145,7 +146,8 @@ def _run_in_sandbox(job, settings, paths, handle, sandbox, outcome: _Outcome) ->
     with TrajectoryWriter(paths.trajectory) as trajectory:
         trajectory(RunStart(task=task, model=model, settings={"job": job.model_dump(), **config.model_dump()}))
         tools = ToolSet(builtin_tools(sandbox, config.tools))
-        agent = Agent(config, make_backend(model, config), tools, on_event=trajectory)
+        system_prompt = build_system_prompt(config, load_project_instructions(workspace_path), WORKDIR)
+        agent = Agent(config, make_backend(model, config), tools, on_event=trajectory, system_prompt=system_prompt)
         with handle.lock:
             if handle.timed_out or handle.aborted:
                 return

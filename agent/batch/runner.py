@@ -32,7 +32,7 @@ class BatchRunner:
         concurrency: int = 1,
         resume: bool = False,
         branch_prefix: str | None = None,
-        progress: TextIO = sys.stderr,
+        progress: TextIO | None = None,
     ):
         self.layout = BatchLayout(Path(out_dir))
         self.layout.root.mkdir(parents=True, exist_ok=True)
@@ -115,5 +115,5 @@ class BatchRunner:
         return result.model_copy(update={"branch": branch})
 
     def _say(self, line: str) -> None:
-        print(line, file=self.progress, flush=True)
+        print(line, file=self.progress or sys.stderr, flush=True)
 

@@ -13,8 +13,9 @@ from textual.message import Message as TextualMessage
 from textual.widgets import Static
 
 from agent.events import RunStart, ToolCallEvent, UsageEvent
+from agent.instructions import build_system_prompt, load_project_instructions
 from agent.loop import Approval
-from agent.tui.approval import MODES
+from agent.tui.approval import EDIT_TOOLS, MODES
 from agent.tui.completion import attach, mentioned_files
 from agent.tui.controller import ApprovalRequest, ChatController, TurnDone
 from agent.tui.session import Notice, SessionStore, UserTurn
@@ -24,6 +25,16 @@ from agent.tui.widgets.blocks import tool_title
 from agent.tui.widgets.conversation import ConversationView
 from agent.tui.widgets.prompt import PromptInput
 from agent.tui.widgets.status_line import Stats, StatusLine
+
+
+CHAT_ADDENDUM = """\
+This is an interactive session in a terminal: a developer reads every reply and writes the next
+message, so the rule above about not asking questions does not apply; ask when the request is
+ambiguous. Answer in Markdown. When a request is done, reply with a short answer and no tool call."""
+
+
+def chat_system_prompt(config, repo: Path) -> str:
+    return build_system_prompt(config, load_project_instructions(repo)) + "\n\n" + CHAT_ADDENDUM
 
 
 class AgentPost(TextualMessage):
@@ -69,7 +80,13 @@ class ChatApp(App):
         session = store.open(resume_id) if (resume_id or resume_latest) else store.create(str(repo), model_spec)
         self._resuming = session if (resume_id or resume_latest) else None
         self.controller = ChatController(
-            config=config, backend=backend, tools=tools, sandbox=sandbox, session=session, post=self._post
+            config=config,
+            backend=backend,
+            tools=tools,
+            sandbox=sandbox,
+            session=session,
+            post=self._post,
+            system_prompt=chat_system_prompt(config, self.repo),
         )
         self.stats = Stats(
             model=model_spec,
@@ -137,9 +154,16 @@ class ChatApp(App):
             return
         self._pending = request
         block = self.conversation.tools.get(request.call.call_id)
-        if block is not None:
-            await block.show_preview()
+        if block is not None and request.call.name in EDIT_TOOLS:
+            await block.show_preview(await asyncio.to_thread(self._read_text, request.call.arguments.get("path")))
         self.query_one(ApprovalBar).ask(request.call.name, tool_title(request.call.name, request.call.arguments))
+
+    def _read_text(self, path) -> str | None:
+        try:
+            data = self.controller.sandbox.read_file(self.controller.edits.resolve(str(path or "")))
+        except Exception:  # missing file (create), or a path the edit tool will reject anyway
+            return None
+        return data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
 
     def answer_approval(self, decision: str, reason: str = "") -> None:
         request, self._pending = self._pending, None

@@ -18,7 +18,7 @@ from agent.loop import Agent, Approval, RunResult
 from agent.tools.toolset import ToolSet
 from agent.tui.approval import EDIT_TOOLS, ApprovalPolicy
 from agent.tui.session import Record, Session
-from agent.tui.workspace_ops import EditHistory, restore_conversation
+from agent.tui.workspace_ops import EditHistory, restore_conversation, stop_running_command
 from inference.chat.messages import Message
 
 
@@ -45,7 +45,9 @@ class ChatController:
         session: Session,
         post: Callable[[object], None],
         policy: ApprovalPolicy | None = None,
+        system_prompt: str | None = None,
     ):
+        self.system_prompt = system_prompt
         self.config = config
         self.backend = backend
         self.tools = tools
@@ -81,6 +83,8 @@ class ChatController:
 
     def interrupt(self) -> None:
         self.agent.interrupt()
+        if self.busy:
+            threading.Thread(target=stop_running_command, args=(self.sandbox,), daemon=True).start()
         pending = self._pending
         if pending is not None and not pending.done():
             pending.set_result(Approval.deny("interrupted by the user"))
@@ -118,6 +122,7 @@ class ChatController:
             self.tools,
             on_event=self._on_event,
             approver=self._approve,
+            system_prompt=self.system_prompt,
             messages=messages,
         )
 

@@ -13,7 +13,7 @@ from agent.tui.approval import EDIT_TOOLS
 from agent.tui.workspace_ops import workspace_diff
 
 EFFORTS = ("low", "medium", "high", "max", "none")
-NEEDS_IDLE = {"model", "compact", "diff", "undo", "clear", "resume"}
+NEEDS_IDLE = {"model", "compact", "undo", "clear", "resume"}
 
 
 class SlashHandler:

@@ -3,7 +3,6 @@ saved conversation for /resume."""
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 
 from agent.events import Compacted, MessageAppended
@@ -55,7 +54,7 @@ class EditHistory:
             return "nothing to undo"
         snap = self.stack.pop()
         if snap.before is None:
-            self.sandbox.exec(f"rm -f -- {shlex.quote(snap.path)}")
+            self.sandbox.exec_once(["rm", "-f", "--", snap.path])
             return f"removed {snap.path} (it was created by the undone edit)"
         self.sandbox.write_file(snap.path, snap.before)
         return f"restored {snap.path} to its state before the last edit"
@@ -65,9 +64,9 @@ class EditHistory:
 
 
 def workspace_diff(sandbox, workdir: str = WORKDIR) -> str:
-    """Tracked changes against HEAD plus untracked files, without touching the repository's index."""
-    result = sandbox.exec(f"cd {shlex.quote(workdir)} && {{ {DIFF_COMMAND}; }}", timeout=60)
-    return result.output
+    """Tracked changes against HEAD plus untracked files, without touching the repository's index.
+    Runs outside the agent's persistent shell, so it is safe while the agent works."""
+    return sandbox.exec_once(DIFF_COMMAND, timeout=60, workdir=workdir).output
 
 
 def restore_conversation(records: list[Record]) -> list[Message]:
@@ -91,3 +90,23 @@ def restore_conversation(records: list[Record]) -> list[Message]:
                     Message.tool("not run: the session ended before this call", tool_call_id=call.id, name=call.name)
                 )
     return repaired
+
+
+# The sandbox's persistent shell marks the processes of the running command with __HZ_CMD=<token>
+# (sandbox/shell_protocol.py). Sandbox.exec has no cancel yet, so an interrupted bash tool would keep
+# the shell busy until its timeout; killing those processes from a side exec returns it at once.
+STOP_RUNNING_COMMAND = (
+    "for e in /proc/[0-9]*/environ; do "
+    "grep -qaz '^__HZ_CMD=.' \"$e\" 2>/dev/null && { p=${e#/proc/}; kill -KILL \"${p%/environ}\" 2>/dev/null; }; "
+    "done; true"
+)
+
+
+def stop_running_command(sandbox) -> None:
+    """Best effort, containers only: on a LocalSandbox /proc is the host's, so it is left alone."""
+    if getattr(sandbox, "container_id", None) is None:
+        return
+    try:
+        sandbox.exec_once(STOP_RUNNING_COMMAND, timeout=20)
+    except Exception:  # the sandbox may be closing; the tool's own timeout still applies
+        pass

@@ -110,9 +110,9 @@ class ToolBlock(Vertical):
         self.header.update(f"[b]{mark}[/b] {escape(title)}" + (f"  [dim]{escape(detail)}[/dim]" if detail else ""))
         self.set_class(self.state == "error", "failed")
 
-    async def show_preview(self) -> None:
-        """Before approval: the proposed edit as a diff, or the full command."""
-        preview = edit_preview(self.tool, self.args)
+    async def show_preview(self, current: str | None) -> None:
+        """Before approval: the proposed edit as a diff against the file's current text."""
+        preview = edit_preview(self.tool, self.args, current)
         if preview:
             await self.mount(DiffView(preview, classes="preview"))
 
@@ -120,7 +120,8 @@ class ToolBlock(Vertical):
         for old in self.query(".preview"):
             await old.remove()
         denied = output.startswith("denied: ")  # how the loop reports an approver's refusal
-        self.state = "denied" if denied else ("error" if is_error else "ok")
+        failed = is_error or exit_code not in (None, 0)
+        self.state = "denied" if denied else ("error" if failed else "ok")
         lines = output.count("\n") + (1 if output and not output.endswith("\n") else 0)
         detail = [f"{lines} lines" if lines != 1 else "1 line"]
         if exit_code not in (None, 0):

@@ -13,21 +13,29 @@ def looks_like_diff(text: str) -> bool:
     return any(l.startswith("@@") for l in lines) and any(l.startswith(("+", "-")) for l in lines)
 
 
-def edit_preview(tool: str, args: dict) -> str | None:
-    """The change an edit tool is about to make, as a diff, so `ask` mode can show it before running."""
+def edit_preview(tool: str, args: dict, current: str | None) -> str | None:
+    """The change an edit tool is about to make, as a diff against the file's current text (None when
+    it does not exist), so `ask` mode can show it before it runs."""
     path = str(args.get("path", "?"))
+    before = current or ""
     if tool == "str_replace":
         old, new = str(args.get("old_str", "")), str(args.get("new_str", ""))
+        after = before.replace(old, new, 1) if old and old in before else None
+        if after is None:  # the edit will fail; show what it was trying to do
+            before, after = old, new
     elif tool == "create":
-        old, new = "", str(args.get("file_text", args.get("content", "")))
+        after = str(args.get("file_text", ""))
     elif tool == "insert":
-        old, new = "", str(args.get("new_str", args.get("text", "")))
+        lines = before.splitlines(keepends=True)
+        at = int(args.get("insert_line", 0) or 0)
+        text = str(args.get("text", ""))
+        after = "".join(lines[:at]) + text + ("" if text.endswith("\n") else "\n") + "".join(lines[at:])
     else:
         return None
-    lines = difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=2
+    diff = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=2
     )
-    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    return "".join(line if line.endswith("\n") else line + "\n" for line in diff)
 
 
 class DiffView(Static):

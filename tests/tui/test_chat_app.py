@@ -1,0 +1,159 @@
+"""The chat app driven through Textual's Pilot, with real tools in a real Docker sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agent.events import FinishEvent, ToolOutput
+from agent.tui.session import SessionStore, UserTurn
+from agent.tui.widgets.blocks import AnswerBlock, ToolBlock
+from agent.tui.widgets.diff_view import DiffView
+
+from .helpers import FIX_TURN, call, screen_text
+
+pytestmark = [pytest.mark.docker, pytest.mark.anyio]
+
+
+async def until(pilot, predicate, timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}\n{screen_text(pilot.app)}")
+        await pilot.pause(0.05)
+
+
+def approval_shown(app) -> bool:
+    return app.approval_pending and app.query_one("#approval").display
+
+
+async def test_request_approve_command_and_edit_then_see_diff(make_app, chat_repo):
+    app = make_app(FIX_TURN)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press(*"fix the add function", "enter")
+        await until(pilot, lambda: approval_shown(app), what="the bash approval")
+        assert "Allow bash?" in screen_text(app) and "python3 test_calc.py" in screen_text(app)
+        await pilot.press("y")
+        await until(pilot, lambda: approval_shown(app) and app._pending.call.name == "str_replace",
+                    what="the edit approval")
+        # ask mode shows the proposed edit as a diff before it runs
+        preview = app.conversation.tools["c2"].query(DiffView)
+        assert preview and "+    return a + b" in preview.first().diff
+        assert chat_repo.joinpath("calc.py").read_text().endswith("a - b\n")
+        await pilot.press("a")  # always allow str_replace from now on
+        await until(pilot, lambda: approval_shown(app) and app._pending.call.call_id == "c3", what="rerun approval")
+        await pilot.press("y")
+        await until(pilot, lambda: not app.controller.busy and app.query(AnswerBlock), what="the answer")
+        await pilot.pause(0.1)
+        assert "str_replace" in app.controller.policy.always_allowed
+        assert chat_repo.joinpath("calc.py").read_text().endswith("a + b\n")
+        blocks = app.conversation.tools
+        assert blocks["c1"].state == "error" and blocks["c3"].state == "ok"  # failing test, then passing
+        assert "+    return a + b" in blocks["c2"].query_one(DiffView).diff
+        assert "Fixed: add now adds." in screen_text(app)
+
+        await pilot.press(*"/diff", "enter")
+        await until(pilot, lambda: any("diff --git" in d.diff for d in app.query(DiffView)), what="/diff")
+        await pilot.press(*"/undo", "enter")
+        await pilot.pause(0.3)
+        assert chat_repo.joinpath("calc.py").read_text().endswith("a - b\n")
+        assert "restored /workspace/calc.py" in screen_text(app)
+
+    records = SessionStore(app.store.root).open().records()
+    assert isinstance(records[0], UserTurn) and records[0].text == "fix the add function"
+    assert any(isinstance(r, ToolOutput) and r.call_id == "c2" for r in records)
+
+
+async def test_denial_with_a_reason_goes_back_to_the_model(make_app, chat_repo):
+    steps = [
+        {"tool_calls": [call("d1", "bash", command="rm -rf /workspace/*")]},
+        {"content": "Understood, I will not delete anything."},
+    ]
+    app = make_app(steps)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press(*"clean up", "enter")
+        await until(pilot, lambda: approval_shown(app), what="approval")
+        await pilot.press(*"do not delete files", "enter")
+        await until(pilot, lambda: not app.controller.busy, what="turn end")
+        assert app.conversation.tools["d1"].state == "denied"
+        tool_messages = [m for m in app.controller.agent.messages if m.role == "tool"]
+        assert tool_messages[0].content == "denied: the user declined and said: do not delete files"
+        assert chat_repo.joinpath("calc.py").exists()
+
+
+async def test_interrupt_stops_a_running_command_and_ctrl_c_twice_exits(make_app):
+    steps = [{"tool_calls": [call("s1", "bash", command="sleep 300")]}, {"content": "never"}]
+    app = make_app(steps)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.set_mode("auto")
+        await pilot.press(*"wait a while", "enter")
+        await until(pilot, lambda: "s1" in app.conversation.tools and app.conversation.tools["s1"].state == "running",
+                    what="the command to start")
+        await pilot.pause(0.5)
+        await pilot.press("escape")
+        await until(pilot, lambda: not app.controller.busy, timeout=15, what="the interrupt")
+        finish = [r for r in app.controller.session.records() if isinstance(r, FinishEvent)]
+        assert finish[-1].reason == "interrupted"
+        assert "stopped: interrupted" in screen_text(app)
+        # the sandbox shell is usable again after the interrupt
+        assert app.controller.sandbox.exec("echo alive").output.strip() == "alive"
+        await pilot.press("ctrl+c")
+        assert app.is_running
+        await pilot.press("ctrl+c")
+        await pilot.pause(0.2)
+    assert app.return_code in (0, None)
+
+
+async def test_resume_restores_view_and_conversation(make_app, sessions_dir):
+    first = make_app([{"content": "Hello! The repository has `calc.py`."}])
+    async with first.run_test(size=(80, 24)) as pilot:
+        first.set_mode("auto")
+        await pilot.press(*"what is here?", "enter")
+        await until(pilot, lambda: not first.controller.busy and first.query(AnswerBlock), what="answer")
+    session_id = first.controller.session.id
+
+    second = make_app([{"content": "It adds two numbers (after the fix)."}], resume_id=session_id)
+    async with second.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.2)
+        assert second.controller.session.id == session_id
+        assert "what is here?" in screen_text(second) and "The repository has calc.py." in screen_text(second)
+        roles = [m.role for m in second.controller.agent.messages]
+        assert roles == ["system", "user", "assistant"]
+        await pilot.press(*"and calc.py?", "enter")
+        await until(pilot, lambda: not second.controller.busy and len(second.query(AnswerBlock)) == 2, what="answer")
+        assert [m.role for m in second.controller.agent.messages][-2:] == ["user", "assistant"]
+    assert second.controller.session.records()[-1].type == "finish"
+
+
+async def test_slash_commands_and_completion(make_app):
+    app = make_app([])
+    async with app.run_test(size=(80, 24)) as pilot:
+        prompt = app.query_one("#prompt")
+        await pilot.press(*"/eff", "tab")
+        assert prompt.value == "/effort "
+        await pilot.press(*"high", "enter")
+        assert app.controller.config.reasoning_effort == "high" and app.stats.effort == "high"
+        await pilot.press(*"/effort bogus", "enter")
+        await pilot.pause(0.1)
+        assert "/effort takes one of" in screen_text(app)
+        await pilot.press(*"look at @cal", "tab")
+        assert prompt.value == "look at @calc.py"
+        prompt.value = ""
+        await pilot.press("shift+tab")
+        assert app.controller.policy.mode == "auto-edit" and "auto-edit" in screen_text(app)
+        await pilot.press(*"/tools", "enter")
+        await pilot.pause(0.2)
+        assert "find_symbol" in screen_text(app) or app.query("MarkdownNotice")
+        await pilot.press(*"/model replay:/nonexistent.jsonl", "enter")
+        await pilot.pause(0.2)
+        assert "cannot use model" in screen_text(app)
+        await pilot.press(*"/bogus", "enter")
+        await pilot.pause(0.1)
+        assert "unknown command /bogus" in screen_text(app)
+        await pilot.press(*"/clear", "enter")
+        await pilot.pause(0.1)
+        assert len(app.store.list()) == 2
+        await pilot.press(*"/exit", "enter")
+        await pilot.pause(0.2)
+    assert not app.is_running
