@@ -24,13 +24,14 @@ from inference.fp8 import DEFAULT_BLOCK, quantize_blockwise
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Small enough for unit tests; index_topk 8 so short prompts already exercise sparse selection;
-    # IndexShare freq 2 / offset 2 gives full, full, shared, full.
+    # IndexShare freq 2 / offset 2 gives full, full, shared, full. 16 indexer heads: a key scores an
+    # exact tie (all heads ReLU-clipped) with probability 2^-16, so transformers and we pick the same keys.
     "tiny": dict(
         vocab_size=512, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
         num_hidden_layers=4, num_attention_heads=4, q_lora_rank=32, kv_lora_rank=32,
         qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=8, n_shared_experts=1,
         num_experts_per_tok=2, n_group=2, topk_group=1, first_k_dense_replace=1, index_topk=8,
-        index_n_heads=4, index_head_dim=16, index_topk_freq=2, index_skip_topk_offset=2,
+        index_n_heads=16, index_head_dim=16, index_topk_freq=2, index_skip_topk_offset=2,
         max_position_embeddings=4096,
     ),
     # A few hundred MB in fp32: big enough for meaningful CPU throughput numbers.
@@ -39,7 +40,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         num_hidden_layers=6, num_attention_heads=8, q_lora_rank=256, kv_lora_rank=128,
         qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64, n_routed_experts=32, n_shared_experts=1,
         num_experts_per_tok=4, n_group=4, topk_group=2, first_k_dense_replace=1, index_topk=64,
-        index_n_heads=8, index_head_dim=64, index_topk_freq=2, index_skip_topk_offset=2,
+        index_n_heads=16, index_head_dim=64, index_topk_freq=2, index_skip_topk_offset=2,
         max_position_embeddings=32768,
     ),
 }  # fmt: skip

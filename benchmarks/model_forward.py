@@ -1,0 +1,159 @@
+"""Prefill and single-token decode throughput: our paged model vs transformers, same checkpoint.
+
+Both sides run the same random GLM-5.x checkpoint (written by inference.random_checkpoint) in fp32
+on CPU at batch 1. Decode is measured after a prefill: ours through the paged KV cache (the
+engine's hot path, including building each step's ForwardBatch), transformers through
+`generate` (per-token time = (time of 1+D new tokens - time of 1 new token) / D) and through a
+bare `forward` step with its DynamicCache. Ratios > 1 mean we are faster.
+
+    python benchmarks/model_forward.py            # tiny and small presets
+    python benchmarks/model_forward.py --quick    # tiny only, short prompt (used by a test)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from inference.forward_batch import ForwardBatch
+from inference.loader import load_model
+from inference.random_checkpoint import write_random_checkpoint
+
+PAGE = 16
+
+
+def _median_time(fn, reps: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def bench_ours(model, prompt: list[int], decode_steps: int, reps: int) -> dict:
+    pages = list(range((len(prompt) + decode_steps + PAGE) // PAGE + 1))
+    cache = model.new_cache(num_pages=len(pages), page_size=PAGE)
+
+    def prefill():
+        return model.forward_batch(ForwardBatch.build([prompt], [0], [pages]), cache)
+
+    t_prefill = _median_time(prefill, reps)
+
+    def decode():
+        out = prefill()
+        token = int(out.logits[0].argmax())
+        t = time.perf_counter()
+        for i in range(decode_steps):
+            step = ForwardBatch.build([[token]], [len(prompt) + i], [pages])
+            token = int(model.forward_batch(step, cache).logits[0].argmax())
+        return (time.perf_counter() - t) / decode_steps
+
+    t_decode = statistics.median(decode() for _ in range(reps))
+    return {"prefill_tok_s": len(prompt) / t_prefill, "decode_tok_s": 1 / t_decode}
+
+
+def bench_hf(model, prompt: list[int], decode_steps: int, reps: int) -> dict:
+    ids = torch.tensor([prompt])
+    mask = torch.ones_like(ids)
+
+    def prefill():
+        with torch.no_grad():
+            return model(ids, use_cache=True, logits_to_keep=1)
+
+    t_prefill = _median_time(prefill, reps)
+
+    def generate(n):
+        with torch.no_grad():
+            model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                           pad_token_id=0, eos_token_id=None)  # fmt: skip
+
+    t_one = _median_time(lambda: generate(1), reps)
+    t_many = _median_time(lambda: generate(1 + decode_steps), reps)
+    t_gen_step = max(t_many - t_one, 1e-9) / decode_steps
+
+    def forward_steps():
+        with torch.no_grad():
+            out = model(ids, use_cache=True, logits_to_keep=1)
+            cache, token = out.cache, out.logits[:, -1].argmax(-1, keepdim=True)
+            t = time.perf_counter()
+            for _ in range(decode_steps):
+                out = model(token, cache=cache, use_cache=True)
+                cache, token = out.cache, out.logits[:, -1].argmax(-1, keepdim=True)
+            return (time.perf_counter() - t) / decode_steps
+
+    t_fwd_step = statistics.median(forward_steps() for _ in range(reps))
+    return {"prefill_tok_s": len(prompt) / t_prefill, "generate_tok_s": 1 / t_gen_step, "forward_step_tok_s": 1 / t_fwd_step}
+
+
+def agreement(ours, hf, prompt: list[int]) -> float:
+    with torch.no_grad():
+        ref = hf(torch.tensor([prompt])).logits[0]
+    return (ours(torch.tensor([prompt]))[0] - ref).abs().max().item()
+
+
+def run(preset: str, prompt_len: int, decode_steps: int, reps: int, workdir: Path) -> dict:
+    from transformers import GlmMoeDsaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # the MTP layer is an expected "unexpected key" for transformers
+    path = write_random_checkpoint(workdir / preset, preset=preset, seed=0)
+    ours = load_model(path, dtype=torch.float32, latent_norm_eps=1e-6)  # transformers' q_a/kv_a eps
+    hf = GlmMoeDsaForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
+    prompt = torch.randint(0, ours.config.vocab_size, (prompt_len,), generator=torch.Generator().manual_seed(0)).tolist()
+    result = {
+        "preset": preset,
+        "prompt_len": prompt_len,
+        "decode_steps": decode_steps,
+        "max_abs_logit_diff": agreement(ours, hf, prompt),
+        "ours": bench_ours(ours, prompt, decode_steps, reps),
+        "transformers": bench_hf(hf, prompt, decode_steps, reps),
+    }
+    o, h = result["ours"], result["transformers"]
+    result["prefill_ratio"] = o["prefill_tok_s"] / h["prefill_tok_s"]
+    result["decode_ratio_vs_generate"] = o["decode_tok_s"] / h["generate_tok_s"]
+    result["decode_ratio_vs_forward_step"] = o["decode_tok_s"] / h["forward_step_tok_s"]
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny preset, short prompt, few repetitions")
+    parser.add_argument("--json", type=Path, help="also write the results to this file")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    args = parser.parse_args(argv)
+    # The tiny model is pure per-op overhead, where extra threads only add synchronisation.
+    threads = args.threads or (1 if args.quick else None)
+    if threads:
+        torch.set_num_threads(threads)
+    plan = [("tiny", 48, 6, 2)] if args.quick else [("tiny", 512, 32, 5), ("small", 512, 32, 3)]
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for preset, prompt_len, steps, reps in plan:
+            r = run(preset, prompt_len, steps, reps, Path(tmp))
+            results.append(r)
+            o, h = r["ours"], r["transformers"]
+            print(f"[{preset}] prompt {prompt_len}, decode {steps} steps, batch 1, fp32 CPU "
+                  f"(max |logit diff| vs transformers {r['max_abs_logit_diff']:.2e})")  # fmt: skip
+            print(f"  prefill  ours {o['prefill_tok_s']:10.1f} tok/s   transformers {h['prefill_tok_s']:10.1f} tok/s"
+                  f"   ratio {r['prefill_ratio']:.2f}x")  # fmt: skip
+            print(f"  decode   ours {o['decode_tok_s']:10.1f} tok/s   transformers generate {h['generate_tok_s']:8.1f} tok/s"
+                  f"   ratio {r['decode_ratio_vs_generate']:.2f}x")  # fmt: skip
+            print(f"           (transformers bare forward step {h['forward_step_tok_s']:.1f} tok/s, "
+                  f"ratio {r['decode_ratio_vs_forward_step']:.2f}x)")  # fmt: skip
+            sys.stdout.flush()
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
