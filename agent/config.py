@@ -70,7 +70,7 @@ class OpenAIConfig(_Strict):
     request_timeout_s: float = Field(600.0, gt=0)
     max_retries: int = Field(4, ge=0)
     send_session_id: bool = Field(
-        False, description="send a `session_id` field (horizon serve / SGLang session retention)"
+        False, description="also send `session_id` in the body (an X-Session-Id header is always sent)"
     )
     extra_body: dict[str, Any] = Field(default_factory=dict)
 
@@ -82,6 +82,7 @@ class EmbeddedConfig(_Strict):
     seed: int | None = None
     engine: dict[str, Any] = Field(default_factory=dict, description="EngineConfig fields")
     enable_thinking: bool = True
+    variant: str | None = Field(None, description="chat template generation (default: detected from the checkpoint)")
 
 
 class SandboxSettings(_Strict):

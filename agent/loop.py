@@ -249,7 +249,7 @@ class Agent:
 
     def _format_error(self, problems: list[str], calls: list[ToolCall]) -> None:
         self._format_errors += 1
-        text = "Format error: " + " ".join(problems)
+        text = "Format error: " + problems[0] if len(problems) == 1 else "Format errors:\n- " + "\n- ".join(problems)
         self._emit(ErrorEvent(step=self.step, kind="format_error", message=text))
         if self._format_errors > self.config.max_format_errors:
             for call in calls:

@@ -144,11 +144,13 @@ class OpenAIBackend:
                 body[key] = value
         if cfg.send_session_id:
             body["session_id"] = self.session_id
+        # The header routes the turns of one run to one session (horizon serve); others ignore it.
+        headers = {"X-Session-Id": self.session_id}
         body.update(cfg.extra_body)
         for attempt in range(cfg.max_retries + 1):
             stream = _Stream(on_delta)
             try:
-                self._stream(body, stream, cancel)
+                self._stream(body, headers, stream, cancel)
                 return stream.result()
             except BackendInterrupted:
                 raise
@@ -158,8 +160,9 @@ class OpenAIBackend:
                 time.sleep(min(2**attempt, 30))
         raise AssertionError("unreachable")
 
-    def _stream(self, body: dict[str, Any], stream: _Stream, cancel: threading.Event | None) -> None:
-        with self._client.stream("POST", f"{self.base_url}/chat/completions", json=body) as response:
+    def _stream(self, body: dict[str, Any], headers: dict[str, str], stream: _Stream,
+                cancel: threading.Event | None) -> None:
+        with self._client.stream("POST", f"{self.base_url}/chat/completions", json=body, headers=headers) as response:
             if response.status_code != 200:
                 text = response.read().decode("utf-8", "replace")[:1000]
                 if response.status_code in RETRY_STATUS:

@@ -1,0 +1,81 @@
+"""Model backends on a tiny random checkpoint: in-process engine and `horizon serve` over HTTP.
+
+The random model writes gibberish, which the agent treats as format errors and answers; what
+matters here is the token accounting: every turn's prompt extends the last one, so each call's
+usage shows the previous turns served from the prefix cache.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.backends import make_backend
+from agent.config import AgentConfig
+from agent.events import UsageEvent
+from agent.loop import Agent
+from agent.tools import ToolContext, ToolSet
+from agent.tools.builtins import FinishTool
+
+PAGE = 16
+ENGINE = {"dtype": "float32", "kv_budget_tokens": 8192, "page_size": PAGE}
+
+
+def three_turns(backend, config: AgentConfig) -> list[UsageEvent]:
+    events = []
+    tools = ToolSet([FinishTool(ToolContext(sandbox=None))])
+    result = Agent(config, backend, tools, on_event=events.append).run("Say hello, then call finish.")
+    assert result.reason in ("step_limit", "submitted", "error")
+    return [e for e in events if isinstance(e, UsageEvent)]
+
+
+def assert_previous_turns_cached(usages: list[UsageEvent]) -> None:
+    assert len(usages) >= 2
+    assert usages[0].cached_tokens < usages[0].prompt_tokens
+    for prev, cur in zip(usages, usages[1:]):
+        assert cur.prompt_tokens > prev.context_tokens - PAGE  # the new prompt contains the old one
+        # Everything up to the last full page of the previous prompt + reply is reused.
+        assert cur.cached_tokens >= (prev.context_tokens // PAGE) * PAGE - PAGE, (prev, cur)
+        assert cur.cached_tokens > prev.prompt_tokens // 2
+
+
+def test_embedded_backend_keeps_the_conversation_as_a_prefix_extension(tiny_checkpoint):
+    config = AgentConfig(max_steps=3, max_format_errors=10,
+                         embedded={"max_new_tokens": 8, "seed": 0, "engine": ENGINE})
+    backend = make_backend(f"embedded:{tiny_checkpoint}", config)
+    try:
+        usages = three_turns(backend, config)
+        assert_previous_turns_cached(usages)
+    finally:
+        backend.close()
+
+
+def test_openai_backend_against_horizon_serve(tiny_checkpoint):
+    from inference.engine.engine_config import EngineConfig
+    from inference.server.runner import BackgroundServer, build_state
+
+    state = build_state(tiny_checkpoint, EngineConfig(**ENGINE), served_model_name="glm-tiny")
+    with BackgroundServer(state) as server:
+        config = AgentConfig(max_steps=3, max_format_errors=10,
+                             openai={"max_tokens": 8, "temperature": 0.0, "max_retries": 0})
+        backend = make_backend(f"openai:{server.base_url}", config)
+        try:
+            assert backend.model_name() == "glm-tiny"
+            assert_previous_turns_cached(three_turns(backend, config))
+        finally:
+            backend.close()
+
+
+def test_openai_backend_reports_an_unreachable_server():
+    from agent.backends import BackendError
+
+    backend = make_backend("openai:http://127.0.0.1:9", AgentConfig(openai={"max_retries": 0}))
+    with pytest.raises(BackendError, match="127.0.0.1:9"):
+        backend.model_name()
+
+
+@pytest.mark.parametrize("spec", ["gpt4", "replay:", "local:/x", "embedded:/no/such/ckpt"])
+def test_bad_model_specs_are_rejected(spec):
+    from agent.backends import BackendError
+
+    with pytest.raises(BackendError):
+        make_backend(spec, AgentConfig())
