@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels.backend import TritonKernel, cdiv, dot_precision, next_pow2, resolve_backend, tl
+from kernels.moe_align import align_pairs_by_expert
 from kernels.validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_tensor, flat_rows
 
 # Chunk query tokens so that one chunk's [tokens, keys, max(heads, dim)] working set stays bounded.
@@ -72,55 +73,72 @@ def indexer_scores_torch(
 
 
 def _indexer_scores_kernel(
-    q_ptr, w_ptr, keys_ptr, key_slots_ptr, query_seq_ptr, query_pos_ptr, out_ptr,
-    S, H, D, softmax_scale,
+    q_ptr, w_ptr, keys_ptr, key_slots_ptr, block_tokens_ptr, block_seq_ptr, query_pos_ptr, out_ptr,
+    T, S, H, D, softmax_scale,
     stride_qt, stride_qh, stride_wt, stride_slots_b, stride_out_t,
-    BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
     DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
-    # One program: one query token x one block of BLOCK_S key positions, all heads at once, so the
-    # gathered key block is read once and reused by every head through one [H, D] x [D, S] dot.
-    t = tl.program_id(0)
+    # One program: BLOCK_T query tokens of ONE sequence x BLOCK_S of its key positions, all heads.
+    # The gathered key block is read once for all of them: rows (token, head) of q form one
+    # [BLOCK_T * BLOCK_H, D] x [D, BLOCK_S] dot. BLOCK_T > 1 serves prefill chunks and MTP verify.
+    blk = tl.program_id(0)
     s_block = tl.program_id(1)
-    seq = tl.load(query_seq_ptr + t).to(tl.int64)
-    pos = tl.load(query_pos_ptr + t)
+    seq = tl.load(block_seq_ptr + blk)
+    if seq < 0:  # an unused block of the routing-independent layout
+        return
     offs_s = s_block * BLOCK_S + tl.arange(0, BLOCK_S)
-    offs_h = tl.arange(0, BLOCK_H)
-    offs_d = tl.arange(0, BLOCK_D)
     in_range = offs_s < S
-    slots = tl.load(key_slots_ptr + seq * stride_slots_b + offs_s, mask=in_range, other=-1).to(tl.int64)
-    visible = in_range & (slots >= 0) & (offs_s <= pos)
+    slots = tl.load(key_slots_ptr + seq.to(tl.int64) * stride_slots_b + offs_s, mask=in_range, other=-1).to(tl.int64)
 
+    offs_t = tl.arange(0, BLOCK_T)
+    tokens = tl.load(block_tokens_ptr + blk * BLOCK_T + offs_t)  # T marks padding
+    t_ok = tokens < T
+    pos = tl.load(query_pos_ptr + tokens, mask=t_ok, other=-1)
+    # Keys past every token's causal frontier are never read: such blocks cost no memory traffic.
+    wanted = in_range & (slots >= 0) & (offs_s <= tl.max(pos, axis=0))
+
+    offs_r = tl.arange(0, BLOCK_T * BLOCK_H)
+    r_tok = tl.load(block_tokens_ptr + blk * BLOCK_T + offs_r // BLOCK_H)
+    r_head = offs_r % BLOCK_H
+    r_ok = (r_tok < T) & (r_head < H)
+    r_tok = r_tok.to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < D
     q = tl.load(
-        q_ptr + t * stride_qt + offs_h[:, None] * stride_qh + offs_d[None, :],
-        mask=(offs_h[:, None] < H) & (offs_d[None, :] < D),
+        q_ptr + r_tok[:, None] * stride_qt + r_head[:, None] * stride_qh + offs_d[None, :],
+        mask=r_ok[:, None] & d_ok[None, :],
         other=0.0,
     )
-    # Masked-out keys are never read: past the causal frontier a block costs no memory traffic.
-    k = tl.load(
-        keys_ptr + slots[None, :] * D + offs_d[:, None],
-        mask=visible[None, :] & (offs_d[:, None] < D),
-        other=0.0,
-    ).to(q.dtype)
+    k = tl.load(keys_ptr + slots[None, :] * D + offs_d[:, None], mask=wanted[None, :] & d_ok[:, None], other=0.0)
+    k = k.to(q.dtype)
     if UPCAST:
         q = q.to(tl.float32)
         k = k.to(tl.float32)
-    logits = tl.maximum(tl.dot(q, k, input_precision=DOT_PRECISION) * softmax_scale, 0.0)  # [BLOCK_H, BLOCK_S] fp32
-    w = tl.load(w_ptr + t * stride_wt + offs_h, mask=offs_h < H, other=0.0)
-    score = tl.sum(logits * w[:, None], axis=0)
+    logits = tl.maximum(tl.dot(q, k, input_precision=DOT_PRECISION) * softmax_scale, 0.0)  # [T*H, S] fp32
+    w = tl.load(w_ptr + r_tok * stride_wt + r_head, mask=r_ok, other=0.0)
+    score = tl.sum(tl.reshape(logits * w[:, None], (BLOCK_T, BLOCK_H, BLOCK_S)), axis=1)  # [BLOCK_T, BLOCK_S]
+    visible = wanted[None, :] & (offs_s[None, :] <= pos[:, None])
     score = tl.where(visible, score, float("-inf"))
-    tl.store(out_ptr + t * stride_out_t + offs_s, score, mask=in_range)
+    out_ptrs = out_ptr + tokens[:, None].to(tl.int64) * stride_out_t + offs_s[None, :]
+    tl.store(out_ptrs, score, mask=t_ok[:, None] & in_range[None, :])
 
 
 _SCORES_KERNEL = TritonKernel(_indexer_scores_kernel)
+MAX_BLOCK_T = 4
 
 
-def indexer_scores_meta(num_heads: int, head_dim: int, dtype: torch.dtype, block_s: int = 128) -> dict:
+def indexer_scores_meta(num_heads: int, head_dim: int, dtype: torch.dtype, block_t: int = 1) -> dict:
     """Compile-time constants and launch options of the scoring kernel (also used by the AOT compile test).
-    BLOCK_S=128 amortizes the per-program load of q (H x D) over 128 keys; untuned (no GPU yet)."""
+
+    Keeps BLOCK_T x BLOCK_H x BLOCK_S (the fp32 logits tile) at 16K values so it stays in registers;
+    for decode (BLOCK_T=1, 32 heads) that is BLOCK_S=128 keys per q load. Untuned: no GPU yet.
+    """
+    block_h = max(16, next_pow2(num_heads))
+    block_s = max(16, min(128, 16384 // (block_t * block_h)))
     return dict(
-        BLOCK_S=block_s, BLOCK_H=max(16, next_pow2(num_heads)), BLOCK_D=max(16, next_pow2(head_dim)),
-        DOT_PRECISION=dot_precision(dtype), num_warps=4,
+        BLOCK_T=block_t, BLOCK_S=block_s, BLOCK_H=block_h, BLOCK_D=max(16, next_pow2(head_dim)),
+        DOT_PRECISION=dot_precision(dtype), num_warps=4 if block_t == 1 else 8,
     )  # fmt: skip
 
 
@@ -132,25 +150,34 @@ def indexer_scores_triton(
     query_seq: torch.Tensor,
     query_pos: torch.Tensor,
     softmax_scale: float,
-    block_s: int = 128,
+    block_t: int | None = None,
 ) -> torch.Tensor:
-    """Triton: [T, S] fp32 scores, -inf where masked (same contract as ``indexer_scores_torch``)."""
+    """Triton: [T, S] fp32 scores, -inf where masked (same contract as ``indexer_scores_torch``).
+
+    block_t: query tokens of one sequence per program (1, 2 or 4); by default 1 when there are no
+    more tokens than sequences (decode), else tokens-per-sequence rounded up to a power of two.
+    """
     T, H, D = q.shape
-    S = key_slots.shape[1]
-    keys = index_keys.reshape(-1, D)
-    q = q.contiguous() if q.stride(-1) != 1 else q
-    weights = weights.contiguous()
-    key_slots = key_slots.contiguous()
-    out = torch.empty((T, S), dtype=torch.float32, device=q.device)
+    B, S = key_slots.shape
+    if block_t is None:
+        block_t = 1 if T <= B else min(MAX_BLOCK_T, next_pow2(cdiv(T, B)))
+    out = torch.full((T, S), float("-inf"), dtype=torch.float32, device=q.device)
     if T == 0 or S == 0:
         return out
-    grid = (T, cdiv(S, block_s))
+    # Group the query tokens by sequence into blocks of block_t (sequences play the experts' role);
+    # the layout's size depends only on (T, B, block_t), so this needs no host synchronization.
+    blocks = align_pairs_by_expert(query_seq.view(T, 1), B, block_t)
+    meta = indexer_scores_meta(H, D, q.dtype, block_t)
+    grid = (blocks.block_expert.shape[0], cdiv(S, meta["BLOCK_S"]))
+    q = q if q.stride(-1) == 1 else q.contiguous()
+    weights, key_slots = weights.contiguous(), key_slots.contiguous()
     _SCORES_KERNEL.launch(
         grid,
-        q, weights, keys, key_slots, query_seq.contiguous(), query_pos.contiguous(), out,
-        S, H, D, float(softmax_scale),
+        q, weights, index_keys.reshape(-1, D), key_slots, blocks.sorted_pairs, blocks.block_expert,
+        query_pos.contiguous(), out,
+        T, S, H, D, float(softmax_scale),
         q.stride(0), q.stride(1), weights.stride(0), key_slots.stride(0), out.stride(0),
-        device=q.device, **indexer_scores_meta(H, D, q.dtype, block_s),
+        device=q.device, **meta,
     )  # fmt: skip
     return out
 

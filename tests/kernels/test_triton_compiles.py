@@ -17,12 +17,16 @@ moe_mod = import_module("kernels.fused_moe")
 H100_H200_MAX_SHARED_BYTES = 227 * 1024
 
 KERNELS = {
-    "indexer_scores_bf16": (
-        idx_mod._SCORES_KERNEL,
-        {"q_ptr": "*bf16", "w_ptr": "*fp32", "keys_ptr": "*bf16", "key_slots_ptr": "*i32",
-         "query_seq_ptr": "*i32", "query_pos_ptr": "*i32", "out_ptr": "*fp32", "softmax_scale": "fp32"},
-        idx_mod.indexer_scores_meta(32, 128, torch.bfloat16),
-    ),
+    **{
+        f"indexer_scores_bf16_{block_t}_tokens": (
+            idx_mod._SCORES_KERNEL,
+            {"q_ptr": "*bf16", "w_ptr": "*fp32", "keys_ptr": "*bf16", "key_slots_ptr": "*i32",
+             "block_tokens_ptr": "*i32", "block_seq_ptr": "*i32", "query_pos_ptr": "*i32", "out_ptr": "*fp32",
+             "softmax_scale": "fp32"},
+            idx_mod.indexer_scores_meta(32, 128, torch.bfloat16, block_t),
+        )
+        for block_t in (1, 4)
+    },
     "sparse_mla_bf16_64_heads": (
         mla_mod._SPARSE_MLA_KERNEL,
         {"q_ptr": "*bf16", "rows_ptr": "*bf16", "slots_ptr": "*i32", "out_ptr": "*bf16", "lse_ptr": "*fp32",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.indexer_topk import indexer_scores, indexer_topk
+from kernels.indexer_topk import indexer_scores, indexer_scores_triton, indexer_topk
 
 CASES = {
     # name: (seq_lens, query_lens, page_size, heads, head_dim)
@@ -87,3 +87,17 @@ def test_chunked_queries_equal_one_pass(gen, device, make_paged_batch):
     chunked = indexer_topk(*args, 16, scale, backend="triton", max_chunk_elems=1)
     assert torch.equal(whole.positions, chunked.positions)
     assert torch.equal(whole.slots, chunked.slots)
+
+
+@pytest.mark.parametrize("block_t", [1, 2, 4])
+@pytest.mark.parametrize("case", ["prefill_chunks_odd_dims", "mtp_verify"])
+def test_token_blocks_of_any_size_agree(case, block_t, gen, device, make_paged_batch):
+    """Several query tokens of one sequence share each key block; partial token blocks are padding."""
+    args, scale = _inputs(case, torch.float32, gen, device, make_paged_batch)
+    perm = torch.randperm(args[0].shape[0], generator=gen).to(device)  # tokens need not arrive grouped
+    args = tuple(a[perm] if i in (0, 1, 4, 5) else a for i, a in enumerate(args))
+    got = indexer_scores_triton(*args, scale, block_t=block_t)
+    want = indexer_scores(*args, scale, backend="torch")
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    finite = torch.isfinite(want)
+    torch.testing.assert_close(got[finite], want[finite], atol=1e-4, rtol=1e-4)
