@@ -24,7 +24,9 @@ from inference.server.errors import APIError, install_error_handlers
 from inference.server.output_text import OutputText
 from inference.server.prompting import PreparedChat, ServerDefaults, prepare_chat, sampling_params
 from inference.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
-from inference.server.replies import SSE_DONE, ChatReply, new_id, sse, token_logprobs, usage_body
+from inference.server.replies import (
+    SSE_DONE, ChatReply, completion_logprobs, new_id, sse, token_logprobs, usage_body,
+)
 from inference.server.sessions import SessionStore
 
 log = logging.getLogger("horizon.server")
@@ -180,11 +182,12 @@ async def _completion_events(state: ServerState, body: CompletionRequest, gen, d
     cid, created = new_id("cmpl"), int(time.time())
     text = OutputText(state.tokenizer, gen.params.stop)
     pieces: list[str] = []
+    logprobs: list = []
     reason, usage = None, None
 
-    def body_of(piece: str, finish: Optional[str]) -> dict:
+    def body_of(piece: str, finish: Optional[str], lps: Optional[dict] = None) -> dict:
         return {"id": cid, "object": "text_completion", "created": created, "model": state.model_name,
-                "choices": [{"index": 0, "text": piece, "finish_reason": finish, "logprobs": None}]}
+                "choices": [{"index": 0, "text": piece, "finish_reason": finish, "logprobs": lps}]}
 
     async with contextlib.aclosing(deltas):
         async for delta in deltas:
@@ -194,14 +197,17 @@ async def _completion_events(state: ServerState, body: CompletionRequest, gen, d
                 piece += text.finish()
                 reason, usage = delta.finish_reason, delta.usage
             pieces.append(piece)
+            logprobs += delta.logprobs or []
             if streaming and (piece or final):
-                yield sse(body_of(piece, "length" if reason == "length" else ("stop" if final else None)))
+                lps = completion_logprobs(state.tokenizer, delta.logprobs) if delta.logprobs else None
+                yield sse(body_of(piece, "length" if reason == "length" else ("stop" if final else None), lps))
     if streaming:
         if body.stream_options and body.stream_options.include_usage and usage is not None:
             yield sse({**body_of("", None), "choices": [], "usage": usage_body(usage)})
         yield SSE_DONE
         return
-    out = body_of("".join(pieces), "length" if reason == "length" else "stop")
+    lps = completion_logprobs(state.tokenizer, logprobs) if logprobs else None
+    out = body_of("".join(pieces), "length" if reason == "length" else "stop", lps)
     out["usage"] = usage_body(usage) if usage is not None else None
     yield out
 

@@ -96,13 +96,34 @@ class ChatReply:
         return sse(body)
 
 
+def _token_bytes(tokenizer, token_id: int) -> bytes:
+    table = tokenizer.token_bytes
+    if table is not None and 0 <= token_id < len(table):
+        return table[token_id]  # exact, even for half of a multi-byte character
+    return tokenizer.decode([token_id]).encode("utf-8")
+
+
 def token_logprobs(tokenizer, logprobs) -> list[dict[str, Any]]:
+    """Chat format: [{"token", "logprob", "bytes", "top_logprobs": [...]}, ...]."""
     def entry(token_id: int, logprob: float) -> dict[str, Any]:
-        text = tokenizer.decode([token_id])
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+        return {"token": tokenizer.decode([token_id]), "logprob": logprob,
+                "bytes": list(_token_bytes(tokenizer, token_id))}
 
     return [{**entry(lp.token_id, lp.logprob), "top_logprobs": [entry(t, p) for t, p in lp.top]}
             for lp in logprobs or []]
+
+
+def completion_logprobs(tokenizer, logprobs, start_offset: int = 0) -> dict[str, Any]:
+    """Legacy completions format: parallel lists of tokens, logprobs, top alternatives, offsets."""
+    tokens, offsets, offset = [], [], start_offset
+    for lp in logprobs:
+        text = tokenizer.decode([lp.token_id])
+        tokens.append(text)
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": tokens, "token_logprobs": [lp.logprob for lp in logprobs],
+            "top_logprobs": [{tokenizer.decode([t]): p for t, p in lp.top} for lp in logprobs],
+            "text_offset": offsets}
 
 
 def sse(body: dict[str, Any]) -> str:

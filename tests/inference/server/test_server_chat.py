@@ -119,3 +119,14 @@ def test_sampled_output_respects_max_tokens_and_seed(client):
     a, b = client.chat.completions.create(**kwargs), client.chat.completions.create(**kwargs)
     assert a.usage.completion_tokens <= 6
     assert a.choices[0].message.reasoning_content == b.choices[0].message.reasoning_content
+
+
+def test_logprobs_in_chat_and_completions(client):
+    chat = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=4, temperature=0,
+                                          logprobs=True, top_logprobs=2)
+    content = chat.choices[0].logprobs.content
+    assert [c.token for c in content] == ["N", "e", "ed", " fil"]  # the scripted greedy path
+    assert all(len(c.top_logprobs) == 2 and c.top_logprobs[0].token == c.token for c in content)
+    text = client.completions.create(model=MODEL, prompt="hello", max_tokens=3, temperature=0, logprobs=1).choices[0]
+    assert len(text.logprobs.tokens) == 3 and "".join(text.logprobs.tokens) == text.text
+    assert text.logprobs.text_offset == [0, len(text.logprobs.tokens[0]), len("".join(text.logprobs.tokens[:2]))]
