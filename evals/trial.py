@@ -143,6 +143,8 @@ class Trial:
         ctx = GradeContext(task=self.task, sandbox=sb, timeout=self.timeouts.verifier_sec, env_image=tag,
                            builder=self.engine.builder, open_sandbox=self._open_sandbox, trial_dir=self.trial_dir)
         started = time.monotonic()
+        # Each grading command is bounded by the verifier timeout itself; this outer cap only
+        # catches a grader wedged elsewhere (CyberGym runs two programs, SWE starts a container).
         try:
             return run_with_timeout(lambda: grade_task(ctx), self.timeouts.verifier_sec * 2 + 120, "verifier")
         except (VerifierCrashed, PhaseTimeout) as exc:

@@ -194,3 +194,15 @@ def test_validate_flags_a_task_that_nop_solves(eval_docker, suite, tmp_path):
     assert proc.returncode == 1
     assert "INVALID tb1-hello-file: nop solved it" in proc.stdout
     assert "tb1-csv-summary" not in proc.stdout.split("INVALID", 1)[1]
+
+
+def test_a_missing_prebuilt_image_is_an_infra_error(eval_docker, suite, tmp_path):
+    root = suite("harbor-fix-backup")
+    task = root / "harbor-fix-backup"
+    (task / "environment" / "Dockerfile").unlink()
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace("[environment]\n", '[environment]\ndocker_image = "alexgshaw/fix-git:20260403"\n'))
+    summary = run_eval(root, RunOptions(agent="oracle", out_dir=tmp_path / "out", progress=False))
+    [r] = ResultsLog(tmp_path / "out" / "results.jsonl").load()
+    assert (r.status, r.error_class, r.retries) == ("error", "image_unavailable", 0)
+    assert "alexgshaw/fix-git:20260403" in r.error and summary.infra_errors == 1
