@@ -59,7 +59,7 @@ def test_sixteen_concurrent_clients_while_bad_requests_fail(live_server):
         with openai.OpenAI(base_url=live_server.base_url, api_key="x", max_retries=0, timeout=120) as c:
             stream = i % 2 == 0
             kwargs = dict(model=MODEL, messages=[{"role": "user", "content": f"client {i} says hi"}],
-                          max_tokens=8, temperature=0.8, seed=i)
+                          max_tokens=8, temperature=0.8, seed=i, extra_body={"ignore_eos": True})
             if stream:
                 chunks = list(c.chat.completions.create(stream=True, **kwargs))
                 return chunks[-1].choices[0].finish_reason
@@ -84,11 +84,12 @@ def test_overload_answers_503_and_recovers(client, live_server):
     state.max_inflight = 0
     try:
         with pytest.raises(openai.APIStatusError) as info:
-            client.chat.completions.create(model=MODEL, messages=USER, max_tokens=2)
+            client.chat.completions.create(model=MODEL, messages=USER, max_tokens=2, temperature=0)
         assert info.value.status_code == 503 and "overloaded" in str(info.value)
     finally:
         state.max_inflight = limit
-    assert client.chat.completions.create(model=MODEL, messages=USER, max_tokens=2).choices[0].finish_reason == "length"
+    reply = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=2, temperature=0)
+    assert reply.choices[0].finish_reason == "length"
 
 
 def _wait_idle(engine, timeout: float = 60.0) -> dict:
