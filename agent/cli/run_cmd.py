@@ -150,12 +150,11 @@ class _Checkpointer:
     """Writes the workspace patch to the trajectory before each model call that follows an edit,
     so `--resume` can rebuild the files as well as the conversation."""
 
-    def __init__(self, sandbox, workdir: str, writer, toolset):
-        self.sandbox, self.workdir, self.writer, self.toolset = sandbox, workdir, writer, toolset
+    def __init__(self, workspace, writer, toolset):
+        self.workspace, self.writer, self.toolset = workspace, writer, toolset
         self.dirty = False
 
     def __call__(self, event) -> None:
-        from agent import workspace
         from agent.events import ModelRequest, ToolCallEvent, WorkspaceCheckpoint
 
         if isinstance(event, ToolCallEvent):
@@ -163,11 +162,10 @@ class _Checkpointer:
             self.dirty = self.dirty or tool is None or not tool.read_only
         elif isinstance(event, ModelRequest) and self.dirty:
             self.dirty = False
-            self.writer(WorkspaceCheckpoint(step=event.step, patch=workspace.diff(self.sandbox, self.workdir)))
+            self.writer(WorkspaceCheckpoint(step=event.step, patch=self.workspace.diff()))
 
 
 def execute(plan: RunPlan, *, json_events: bool = False, patch_out: str | None = None) -> int:
-    from agent import workspace
     from agent.backends import BackendError, make_backend
     from agent.cli.progress import JsonEventPrinter, ProgressPrinter
     from agent.events import RunStart, WorkspaceCheckpoint
@@ -175,6 +173,7 @@ def execute(plan: RunPlan, *, json_events: bool = False, patch_out: str | None =
     from agent.loop import Agent
     from agent.tools.registry import PluginError, build_toolset
     from agent.trajectory import TrajectoryWriter
+    from agent.workspace import SandboxWorkspace, WorkspaceError
     from sandbox import SandboxError
 
     config, state = plan.config, plan.resume
@@ -190,10 +189,12 @@ def execute(plan: RunPlan, *, json_events: bool = False, patch_out: str | None =
             if state is not None and hasattr(backend, "skip"):
                 backend.skip(state.usage.calls)  # replay: the recorded steps were already taken
             sandbox = stack.enter_context(open_sandbox(config))
-            workspace.copy_repo_in(sandbox, plan.repo, workdir)
-            workspace.snapshot_baseline(sandbox, workdir)
+            workspace = SandboxWorkspace(sandbox, workdir)
+            stack.callback(workspace.cleanup)
+            workspace.copy_in(plan.repo)
+            workspace.snapshot()
             if state is not None and state.checkpoint_patch:
-                workspace.apply_patch(sandbox, workdir, state.checkpoint_patch)
+                workspace.apply(state.checkpoint_patch)
             toolset, connections = build_toolset(config, sandbox)
             stack.callback(toolset.close)
             for conn in connections:
@@ -205,7 +206,7 @@ def execute(plan: RunPlan, *, json_events: bool = False, patch_out: str | None =
                 task=plan.task, model=plan.model, resumed=state is not None, step=state.usage.calls if state else 0,
                 settings={"repo": str(plan.repo), "config": config.model_dump(mode="json")},
             ))
-            checkpointer = _Checkpointer(sandbox, workdir, writer, toolset)
+            checkpointer = _Checkpointer(workspace, writer, toolset)
 
             def on_event(event) -> None:
                 writer(event)
@@ -224,9 +225,9 @@ def execute(plan: RunPlan, *, json_events: bool = False, patch_out: str | None =
                 result = agent.run(None if state else plan.task)
             finally:
                 restore()
-            patch = workspace.diff(sandbox, workdir)
+            patch = workspace.diff()
             writer(WorkspaceCheckpoint(step=result.steps, patch=patch))
-    except (BackendError, SandboxError, PluginError, workspace.WorkspaceError) as exc:
+    except (BackendError, SandboxError, PluginError, WorkspaceError) as exc:
         print(f"horizon run: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     _write_patch(patch, patch_out)

@@ -33,7 +33,7 @@ from agent.config import ToolLimits
 from inference.chat.messages import ToolSpec
 
 if TYPE_CHECKING:
-    from sandbox import Sandbox
+    from sandbox import ExecResult, Sandbox
 
 
 class ToolResult(BaseModel):
@@ -59,6 +59,21 @@ class ToolContext:
     def resolve(self, path: str) -> str:
         """Relative paths are relative to the workspace, not to wherever bash has cd'ed."""
         return posixpath.normpath(path if path.startswith("/") else f"{self.workdir.rstrip('/')}/{path}")
+
+    def shell_path(self, path: str) -> str:
+        """A path for a `run_once` command line: relative when inside the workspace, so commands
+        work the same in a container and in a LocalSandbox (whose workspace is a host temp dir)."""
+        path = self.resolve(path)
+        workdir = posixpath.normpath(self.workdir)
+        if path == workdir:
+            return "."
+        if path.startswith(workdir + "/"):
+            return "./" + posixpath.relpath(path, workdir)
+        return path
+
+    def run_once(self, script: str, timeout: float = 120) -> ExecResult:
+        """Run a bash script as its own process in the workspace (not in the agent's shell)."""
+        return self.sandbox.exec_once(["bash", "-o", "pipefail", "-c", script], timeout=timeout, workdir=self.workdir)
 
 
 class Tool:

@@ -17,19 +17,20 @@ _PRINTF = r"-printf '%p\t%T@\t%s\n'"
 
 
 def _stat_lines(ctx: ToolContext, script: str) -> list[tuple[str, str, str]]:
-    result = ctx.sandbox.exec_once(["bash", "-c", script], timeout=120)
+    """(absolute path, mtime, size) rows printed by `find -printf` (paths relative to the workspace)."""
+    result = ctx.run_once(script, timeout=120)
     rows = []
     for line in result.output.splitlines():
         parts = line.split("\t")
         if len(parts) == 3:
-            rows.append((parts[0], parts[1], parts[2]))
+            rows.append((ctx.resolve(parts[0]), parts[1], parts[2]))
     return rows
 
 
 def source_files(ctx: ToolContext, path: str) -> list[tuple[str, str, str]]:
     """(path, mtime, size) of the supported source files at or under `path`."""
     script = (
-        f"find {shlex.quote(path)} \\( -type d \\( {_PRUNE} \\) -prune \\) -o "
+        f"find {shlex.quote(ctx.shell_path(path))} \\( -type d \\( {_PRUNE} \\) -prune \\) -o "
         f"\\( -type f \\( {_NAME_FILTER} \\) {_PRINTF} \\) | sort | head -n {MAX_FILES + 1}"
     )
     return _stat_lines(ctx, script)
@@ -39,7 +40,7 @@ def files_mentioning(ctx: ToolContext, path: str, word: str) -> list[tuple[str, 
     includes = " ".join(f"--include='*{ext}'" for ext in LANGUAGES)
     excludes = " ".join(f"--exclude-dir={d}" for d in EXCLUDED_DIRS)
     script = (
-        f"grep -rlwFZ {includes} {excludes} -e {shlex.quote(word)} -- {shlex.quote(path)} | sort -z | "
+        f"grep -rlwFZ {includes} {excludes} -e {shlex.quote(word)} -- {shlex.quote(ctx.shell_path(path))} | sort -z | "
         f"head -z -n {MAX_FILES + 1} | find -files0-from - -maxdepth 0 {_PRINTF}"
     )
     return _stat_lines(ctx, script)

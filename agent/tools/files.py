@@ -49,8 +49,8 @@ def numbered(lines: list[str], first: int) -> str:
 
 def file_kind(ctx: ToolContext, path: str, listing_limit: int = 0) -> tuple[str, str]:
     """("DIR", listing) | ("FILE", "") | ("MISSING", "")."""
-    script = LISTING_SCRIPT.format(p=shlex.quote(path), limit=max(listing_limit, 1))
-    result = ctx.sandbox.exec_once(["bash", "-c", script], timeout=60)
+    script = LISTING_SCRIPT.format(p=shlex.quote(ctx.shell_path(path)), limit=max(listing_limit, 1))
+    result = ctx.run_once(script, timeout=60)
     kind, _, rest = result.output.partition("\n")
     return kind.strip(), rest
 
@@ -113,7 +113,7 @@ class CreateTool(Tool):
         kind, _ = file_kind(self.ctx, path)
         if kind == "DIR":
             return _error(f"{path} is a directory")
-        self.ctx.sandbox.exec_once(["mkdir", "-p", posixpath.dirname(path)], timeout=30)
+        self.ctx.run_once(f"mkdir -p {shlex.quote(self.ctx.shell_path(posixpath.dirname(path)))}", timeout=30)
         self.ctx.sandbox.write_file(path, args.file_text)
         n = len(args.file_text.splitlines())
         return ToolResult(output=f"{'overwrote' if kind == 'FILE' else 'created'} {path} ({n} lines)")

@@ -43,9 +43,8 @@ class SearchTool(Tool):
             flags.append(f"--include={args.include}")
         if args.ignore_case:
             flags.append("-i")
-        argv = ["grep", *flags, "-e", args.pattern, "--", args.path]
-        command = f"cd {shlex.quote(self.ctx.workdir)} && {shlex.join(argv)} | head -n {limit + 1}"
-        result = self.ctx.sandbox.exec_once(["bash", "-o", "pipefail", "-c", command], timeout=120)
+        argv = ["grep", *flags, "-e", args.pattern, "--", self.ctx.shell_path(args.path)]
+        result = self.ctx.run_once(f"{shlex.join(argv)} | head -n {limit + 1}", timeout=120)
         lines = [ln for ln in result.output.splitlines() if ln]
         if result.exit_code not in (0, 1, 141) and not lines:  # 141: head closed the pipe early
             return ToolResult(output=f"search failed: {result.output.strip()[:2000]}", is_error=True)

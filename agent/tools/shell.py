@@ -90,7 +90,6 @@ class BashTool(Tool):
         folder = self.ctx.limits.full_output_dir
         path = f"{folder}/bash-{next(_counter):04d}.txt"
         try:
-            self.ctx.sandbox.exec_once(["mkdir", "-p", folder], timeout=30)
             self.ctx.sandbox.write_file(path, output)
         except Exception:  # saving is a convenience; the truncated answer still goes back
             return None

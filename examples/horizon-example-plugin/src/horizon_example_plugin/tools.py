@@ -39,6 +39,6 @@ class TodoScanArgs(BaseModel):
 def todo_scan(args: TodoScanArgs, ctx: ToolContext) -> ToolResult:
     """List TODO/FIXME-style comments under a folder as path:line: text."""
     pattern = r"\b(" + "|".join(args.tags) + r")\b"
-    command = f"grep -rnIE --exclude-dir=.git {shlex.quote(pattern)} {shlex.quote(ctx.resolve(args.path))} | head -n 100"
-    result = ctx.sandbox.exec_once(["bash", "-c", command], timeout=60)
+    target = ctx.shell_path(args.path)  # relative to the workspace: works in Docker and LocalSandbox
+    result = ctx.run_once(f"grep -rnIE --exclude-dir=.git {shlex.quote(pattern)} {shlex.quote(target)} | head -n 100")
     return ToolResult(output=result.output.strip() or "no markers found")
