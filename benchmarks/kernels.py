@@ -70,7 +70,7 @@ def indexer_cases(T_per_seq: int, B: int, S: int, device, gen) -> list[Case]:
     seq = torch.arange(B, device=device, dtype=torch.int32).repeat_interleave(T_per_seq)
     pos = (S - T_per_seq + torch.arange(T_per_seq, device=device, dtype=torch.int32)).repeat(B)
     args = (q, w, keys, key_slots, seq, pos)
-    kind = "decode" if T_per_seq == 1 else "prefill"
+    kind = "decode" if T_per_seq == 1 else "mtp" if T_per_seq <= 4 else "prefill"
     shape = f"T={T} B={B} S={S} H={H} D={D}"
     key_bytes = B * S * D * 2 + B * S * 4  # keys + their slot ids, read once per sequence at best
     ref_scores: dict[str, torch.Tensor] = {}
@@ -131,6 +131,7 @@ def build_cases(quick: bool, device) -> list[Case]:
     if not ON_GPU:  # interpreter: tiny shapes, correctness only
         return [
             *indexer_cases(1, 2, 256, device, gen),
+            *indexer_cases(3, 2, 128, device, gen),  # several tokens per sequence: MTP verify
             sparse_mla_case(2, 16, 64, 512, device, gen),
             fused_moe_case("fused_moe", 4, 8, 2, 64, 32, device, gen),
         ]

@@ -10,7 +10,7 @@ For token t and its routed experts topk_ids[t, j] with weights topk_weights[t, j
 Expert ids outside [0, E) contribute nothing (expert parallelism: another rank owns them).
 The routing weights already include norm_topk_prob and routed_scaling_factor (the router's job).
 
-Triton path: pairs are sorted by expert into blocks of BLOCK_M (``moe_align``); kernel 1 computes
+Triton path: pairs are sorted by expert into blocks of BLOCK_M (``grouped_blocks``); kernel 1 computes
 gate and up for a block in one pass over x and applies SwiGLU; kernel 2 multiplies by down and the
 routing weight. The k partial outputs of a token are summed with a reshape-sum (no atomics, so the
 result is deterministic).
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.backend import TritonKernel, cdiv, dot_precision, resolve_backend, tl
-from kernels.moe_align import align_pairs_by_expert, group_pairs_by_expert
+from kernels.grouped_blocks import group_into_blocks, sort_by_group
 from kernels.validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_tensor
 
 
@@ -47,8 +47,8 @@ def fused_moe_torch(
     T, H = hidden.shape
     E, two_i, _ = gate_up.shape
     top_k = topk_ids.shape[1]
-    groups = group_pairs_by_expert(topk_ids, E)
-    pairs = groups.sorted_pairs
+    groups = sort_by_group(topk_ids, E)
+    pairs = groups.sorted_items
     x = hidden[pairs // top_k]
     gu = _grouped_linear(x, gate_up, groups.counts, groups.group_ends)
     gate, up = gu.split(two_i // 2, dim=-1)
@@ -169,21 +169,21 @@ def fused_moe_triton(
     down = down.contiguous()
     weights = topk_weights.reshape(-1).contiguous()
     meta = fused_moe_meta(hidden.dtype, block_m, block_n, block_k)
-    blocks = align_pairs_by_expert(topk_ids, E, block_m)
-    num_blocks = blocks.block_expert.shape[0]
+    blocks = group_into_blocks(topk_ids, E, block_m)
+    num_blocks = blocks.block_group.shape[0]
     act = torch.empty((num_pairs, I), dtype=hidden.dtype, device=hidden.device)
     # Pairs routed to no local expert are never written by kernel 2: they must read as zeros.
     out_pairs = torch.zeros((num_pairs, H), dtype=torch.float32, device=hidden.device)
     _GATE_UP_KERNEL.launch(
         (num_blocks, cdiv(I, block_n)),
-        hidden, gate_up, act, blocks.sorted_pairs, blocks.block_expert,
+        hidden, gate_up, act, blocks.sorted_items, blocks.block_group,
         num_pairs, top_k, H, I,
         hidden.stride(0), gate_up.stride(0), gate_up.stride(1), act.stride(0),
         device=hidden.device, **meta,
     )  # fmt: skip
     _DOWN_KERNEL.launch(
         (num_blocks, cdiv(H, block_n)),
-        act, down, out_pairs, weights, blocks.sorted_pairs, blocks.block_expert,
+        act, down, out_pairs, weights, blocks.sorted_items, blocks.block_group,
         num_pairs, H, I,
         act.stride(0), down.stride(0), down.stride(1), out_pairs.stride(0),
         device=hidden.device, **meta,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from kernels.backend import TritonKernel, cdiv, dot_precision, next_pow2, resolve_backend, tl
-from kernels.moe_align import align_pairs_by_expert
+from kernels.grouped_blocks import group_into_blocks
 from kernels.validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_tensor, flat_rows
 
 # Chunk query tokens so that one chunk's [tokens, keys, max(heads, dim)] working set stays bounded.
@@ -164,16 +164,16 @@ def indexer_scores_triton(
     out = torch.full((T, S), float("-inf"), dtype=torch.float32, device=q.device)
     if T == 0 or S == 0:
         return out
-    # Group the query tokens by sequence into blocks of block_t (sequences play the experts' role);
-    # the layout's size depends only on (T, B, block_t), so this needs no host synchronization.
-    blocks = align_pairs_by_expert(query_seq.view(T, 1), B, block_t)
+    # Query tokens grouped by sequence into blocks of block_t; the layout's size depends only on
+    # (T, B, block_t), so this needs no host synchronization.
+    blocks = group_into_blocks(query_seq.view(T, 1), B, block_t)
     meta = indexer_scores_meta(H, D, q.dtype, block_t)
-    grid = (blocks.block_expert.shape[0], cdiv(S, meta["BLOCK_S"]))
+    grid = (blocks.block_group.shape[0], cdiv(S, meta["BLOCK_S"]))
     q = q if q.stride(-1) == 1 else q.contiguous()
     weights, key_slots = weights.contiguous(), key_slots.contiguous()
     _SCORES_KERNEL.launch(
         grid,
-        q, weights, index_keys.reshape(-1, D), key_slots, blocks.sorted_pairs, blocks.block_expert,
+        q, weights, index_keys.reshape(-1, D), key_slots, blocks.sorted_items, blocks.block_group,
         query_pos.contiguous(), out,
         T, S, H, D, float(softmax_scale),
         q.stride(0), q.stride(1), weights.stride(0), key_slots.stride(0), out.stride(0),

@@ -1,0 +1,79 @@
+"""Sorting items by group id into fixed-size blocks, so one kernel program handles one group.
+
+Used twice: fused MoE groups (token, expert) pairs by expert (item p = t * top_k + j has group
+topk_ids[t, j]); the indexer groups query tokens by sequence so a program shares one sequence's
+keys between several tokens. Group ids outside [0, num_groups) (e.g. -1 for experts that another
+rank owns) are dropped.
+
+``group_into_blocks`` lays the items out so that every block of ``block_size`` consecutive entries
+belongs to one group (each group's run is padded up to a multiple of block_size with the sentinel
+``num_items``). The layout's size depends only on (num_items, num_groups, block_size), never on
+the ids, so the GPU path needs no host synchronization; unused trailing blocks carry group -1 and
+the kernels skip them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class GroupedBlocks:
+    sorted_items: torch.Tensor  # [num_blocks * block_size] int32 item ids; num_items = padding
+    block_group: torch.Tensor  # [num_blocks] int32 group of each block; -1 = unused block
+    num_items: int
+    block_size: int
+
+
+@dataclass(frozen=True)
+class SortedGroups:
+    """Valid items sorted by group (stable), for the torch reference's grouped GEMM."""
+
+    sorted_items: torch.Tensor  # [num_valid] int64 item ids
+    group_ends: torch.Tensor  # [num_groups] int32 exclusive end offset of each group's run
+    counts: torch.Tensor  # [num_groups] int64 items per group
+
+
+def _valid_sort(group_ids: torch.Tensor, num_groups: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    flat = group_ids.reshape(-1).long()
+    valid = (flat >= 0) & (flat < num_groups)
+    key = torch.where(valid, flat, num_groups)  # dropped items sort last
+    order = torch.argsort(key, stable=True)
+    counts = torch.bincount(flat[valid], minlength=num_groups)
+    return order, key[order], counts
+
+
+def sort_by_group(group_ids: torch.Tensor, num_groups: int) -> SortedGroups:
+    order, _, counts = _valid_sort(group_ids, num_groups)
+    ends = torch.cumsum(counts, 0)
+    num_valid = int(ends[-1]) if num_groups else 0
+    return SortedGroups(sorted_items=order[:num_valid], group_ends=ends.to(torch.int32), counts=counts)
+
+
+def group_into_blocks(group_ids: torch.Tensor, num_groups: int, block_size: int) -> GroupedBlocks:
+    num_items = group_ids.numel()
+    device = group_ids.device
+    # Upper bound: every group that gets an item wastes at most block_size - 1 padding entries.
+    capacity = num_items + min(num_groups, num_items) * (block_size - 1)
+    num_blocks = max(1, -(-capacity // block_size))
+    order, sorted_group, counts = _valid_sort(group_ids, num_groups)
+
+    padded = (counts + block_size - 1) // block_size * block_size
+    padded_end = torch.cumsum(padded, 0)
+    padded_start = padded_end - padded
+    start = torch.cumsum(counts, 0) - counts
+
+    valid = sorted_group < num_groups
+    g = sorted_group.clamp(max=num_groups - 1)
+    rank_in_group = torch.arange(num_items, device=device) - start[g]
+    dest = padded_start[g] + rank_in_group
+
+    sorted_items = torch.full((num_blocks * block_size,), num_items, dtype=torch.int32, device=device)
+    sorted_items[dest[valid]] = order[valid].to(torch.int32)
+
+    block_starts = torch.arange(num_blocks, device=device) * block_size
+    block_group = torch.searchsorted(padded_end, block_starts, right=True)
+    block_group = torch.where(block_group < num_groups, block_group, -1).to(torch.int32)
+    return GroupedBlocks(sorted_items=sorted_items, block_group=block_group, num_items=num_items, block_size=block_size)
