@@ -1,0 +1,207 @@
+"""Engine behaviour beyond parity: cached-token accounting, session retention and TTL, shared
+prefixes, aborts and leaks, bad requests, streaming from the background loop, stop strings,
+seeds, logprobs."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from inference.engine import Engine, EngineConfig, EngineError, GenerateRequest, SamplingParams
+
+from .conftest import make_prompt
+
+PS = 16
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def engine(ckpt, clock=None, detokenize=None, **overrides) -> Engine:
+    cfg = dict(dtype="float32", kv_budget_tokens=2048, page_size=PS, latent_norm_eps=1e-6)
+    cfg.update(overrides)
+    kwargs = {"clock": clock} if clock else {}
+    return Engine(ckpt, EngineConfig(**cfg), detokenize=detokenize, **kwargs)
+
+
+def req(prompt, n=4, **kw) -> GenerateRequest:
+    params = kw.pop("params", None) or SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+    return GenerateRequest(prompt_ids=prompt, params=params, **kw)
+
+
+def test_second_identical_request_reports_all_full_pages(engine_checkpoint):
+    eng = engine(engine_checkpoint)
+    prompt = make_prompt(1, 75)
+    first, second = eng.generate([req(prompt)]), eng.generate([req(prompt)])
+    assert first[0].usage.cached_tokens == 0
+    assert second[0].usage.cached_tokens == 64 == second[0].usage.cached_tokens_device
+    assert first[0].token_ids == second[0].token_ids
+
+
+def test_session_next_turn_reports_previous_prompt_and_output_cached(engine_checkpoint):
+    eng = engine(engine_checkpoint)
+    prompt = make_prompt(2, 41)
+    (turn1,) = eng.generate([req(prompt, 8, session_id="agent")])
+    # 41 + 8 tokens; all but the last sampled one have KV: 48 tokens = 3 whole pages.
+    turn2_prompt = prompt + turn1.token_ids + make_prompt(3, 20)
+    (turn2,) = eng.generate([req(turn2_prompt, 4, session_id="agent")])
+    assert turn2.usage.cached_tokens == len(prompt) + len(turn1.token_ids) - 1 == 48
+
+
+def _fill(eng, seed, n_prompts, length=40):
+    for i in range(n_prompts):
+        eng.generate([req(make_prompt(seed + i, length), 2)])
+
+
+def test_session_retained_until_ttl_expires(engine_checkpoint):
+    clock = FakeClock()
+    eng = engine(engine_checkpoint, clock=clock, kv_budget_tokens=12 * PS, session_ttl_s=30.0)
+    history = make_prompt(10, 40)
+    (t1,) = eng.generate([req(history, 9, session_id="s")])
+    nxt = history + t1.token_ids + make_prompt(11, 10)
+    _fill(eng, 100, 6)  # the tool runs; other traffic churns the cache
+    (t2,) = eng.generate([req(nxt, 2, session_id="s")])
+    assert t2.usage.cached_tokens == 48, "retained session was evicted"
+    nxt2 = nxt + t2.token_ids + make_prompt(12, 10)
+    clock.t += 31.0  # the tool took longer than the TTL
+    _fill(eng, 200, 6)
+    (t3,) = eng.generate([req(nxt2, 2, session_id="s")])
+    assert t3.usage.cached_tokens == 0, "expired session should have been evicted by LRU"
+
+
+def test_plain_lru_loses_the_session_that_retention_keeps(engine_checkpoint):
+    eng = engine(engine_checkpoint, kv_budget_tokens=12 * PS, session_ttl_s=0.0)
+    history = make_prompt(10, 40)
+    (t1,) = eng.generate([req(history, 9, session_id="s")])
+    _fill(eng, 100, 6)
+    (t2,) = eng.generate([req(history + t1.token_ids + make_prompt(11, 10), 2, session_id="s")])
+    assert t2.usage.cached_tokens == 0
+
+
+def test_shared_prefix_stays_resident(engine_checkpoint):
+    clock = FakeClock()
+    eng = engine(engine_checkpoint, clock=clock, kv_budget_tokens=16 * PS, session_ttl_s=5.0)
+    system = make_prompt(50, 32)  # two whole pages shared by every session
+    for turn in range(12):
+        (res,) = eng.generate([req(system + make_prompt(300 + turn, 40), 2, session_id=f"s{turn % 4}")])
+        if turn:
+            assert res.usage.cached_tokens >= 32
+        clock.t += 10.0  # retention of every session has lapsed by the next request
+
+
+def test_abort_frees_everything(engine_checkpoint):
+    eng = engine(engine_checkpoint, kv_budget_tokens=32 * PS)
+    total = eng.stats()["total_pages"]
+    long = eng.submit(req(make_prompt(7, 60), 200, request_id="long"))
+    waiting = eng.submit(req(make_prompt(8, 30), 5, request_id="other"))
+    for _ in range(3):
+        eng.step()
+    eng.abort("long")
+    res = long.result()
+    assert res.finish_reason == "abort" and len(res.token_ids) < 200
+    assert waiting.result().finish_reason == "length"
+    s = eng.stats()
+    assert s["running"] == 0 and s["free_pages"] + s["device_cached_pages"] == total
+    eng.clear_cache()
+    assert eng.stats()["free_pages"] == total
+
+
+def test_thousand_mixed_requests_leak_nothing(engine_checkpoint):
+    clock = FakeClock()
+    eng = engine(engine_checkpoint, clock=clock, kv_budget_tokens=40 * PS, host_budget_tokens=24 * PS,
+                 max_running=48, chunk_size=32, max_batch_tokens=256, num_speculative_tokens=1)
+    rng = random.Random(0)
+    shared = make_prompt(999, 20)
+    handles = []
+    for i in range(1000):
+        kind = rng.random()
+        prompt = (shared if kind < 0.5 else []) + make_prompt(rng.randrange(60), rng.randrange(1, 40))
+        params = SamplingParams(temperature=rng.choice([0.0, 0.8]), top_k=rng.choice([0, 5]), seed=rng.choice([None, i]),
+                                max_tokens=rng.randrange(1, 4), stop_token_ids=[rng.randrange(400)], ignore_eos=True)
+        handles.append(eng.submit(GenerateRequest(prompt_ids=prompt, params=params, request_id=f"r{i}",
+                                                  session_id=f"s{rng.randrange(8)}" if kind < 0.3 else None)))
+        if rng.random() < 0.1:
+            eng.abort(f"r{rng.randrange(i + 1)}")
+        if i % 50 == 0:
+            eng.step()
+            clock.t += 1.0
+    results = [h.result() for h in handles]
+    assert {r.finish_reason for r in results} <= {"stop", "length", "abort"}
+    s = eng.stats()
+    assert s["running"] == s["waiting"] == 0
+    assert s["free_pages"] + s["device_cached_pages"] == s["total_pages"]
+    assert s["host_free_pages"] + s["host_cached_pages"] == s["host_pages"]
+    eng.clear_cache()
+    s = eng.stats()
+    assert s["free_pages"] == s["total_pages"] and s["host_free_pages"] == s["host_pages"]
+
+
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        (dict(prompt_ids=[]), "prompt_ids"),
+        (dict(prompt_ids=[5, 10**6]), "prompt_ids"),
+        (dict(prompt_ids=[-1]), "prompt_ids"),
+        (dict(prompt_ids=[5], params=SamplingParams(max_tokens=0)), "params.max_tokens"),
+        (dict(prompt_ids=[5] * 4096), "prompt_ids"),
+    ],
+)
+def test_bad_requests_are_rejected_without_disturbing_others(engine_checkpoint, bad, field):
+    eng = engine(engine_checkpoint, kv_budget_tokens=8192)
+    good = make_prompt(4, 20)
+    (alone,) = eng.generate([req(good, 5)])
+    handle = eng.submit(req(good, 5))
+    with pytest.raises(EngineError) as err:
+        eng.submit(GenerateRequest(**bad))
+    assert err.value.field == field and field in str(err.value)
+    assert handle.result().token_ids == alone.token_ids
+
+
+def test_streaming_from_background_loop(engine_checkpoint):
+    with engine(engine_checkpoint) as eng:
+        handles = [eng.submit(req(make_prompt(20 + i, 10 + 7 * i), 6)) for i in range(3)]
+        for h in handles:
+            deltas = list(h)
+            assert deltas[-1].finish_reason == "length" and deltas[-1].usage.completion_tokens == 6
+            assert sum((d.token_ids for d in deltas), []) == h.result().token_ids
+        long = eng.submit(req(make_prompt(30, 10), 500, request_id="bg-long"))
+        first = next(iter(long))
+        assert first.token_ids
+        eng.abort("bg-long")
+        assert long.result().finish_reason == "abort"
+
+
+def test_stop_strings_and_stop_tokens(engine_checkpoint):
+    eng = engine(engine_checkpoint, detokenize=lambda ids: "".join(f"<{i}>" for i in ids))
+    prompt = make_prompt(5, 30)
+    (free,) = eng.generate([req(prompt, 8)])
+    target = free.token_ids[3]
+    (by_string,) = eng.generate([req(prompt, params=SamplingParams(temperature=0, max_tokens=8, stop=[f"<{target}>"], ignore_eos=True))])
+    assert by_string.finish_reason == "stop" and by_string.stop_reason == f"<{target}>"
+    assert by_string.token_ids == free.token_ids[: free.token_ids.index(target) + 1]
+    (by_id,) = eng.generate([req(prompt, params=SamplingParams(temperature=0, max_tokens=8, stop_token_ids=[target], ignore_eos=True))])
+    assert by_id.token_ids == by_string.token_ids and by_id.stop_reason == target
+
+
+def test_seeded_sampling_independent_of_batch_and_speculation(engine_checkpoint):
+    params = SamplingParams(temperature=0.9, top_p=0.9, top_k=50, seed=1234, max_tokens=10, ignore_eos=True)
+    prompt = make_prompt(6, 25)
+    (alone,) = engine(engine_checkpoint).generate([req(prompt, params=params)])
+    others = [req(make_prompt(40 + i, 15), params=SamplingParams(temperature=1.0, max_tokens=10)) for i in range(3)]
+    batched = engine(engine_checkpoint, num_speculative_tokens=2).generate(others[:2] + [req(prompt, params=params)] + others[2:])
+    assert batched[2].token_ids == alone.token_ids
+
+
+def test_logprobs(engine_checkpoint):
+    eng = engine(engine_checkpoint)
+    (res,) = eng.generate([req(make_prompt(9, 12), params=SamplingParams(temperature=0, max_tokens=4, logprobs=3, ignore_eos=True))])
+    assert len(res.logprobs) == 4
+    for tok, lp in zip(res.token_ids, res.logprobs):
+        assert lp.token_id == tok and lp.logprob <= 0 and len(lp.top) == 3
+        assert lp.top[0][0] == tok  # greedy: the chosen token is the most likely one
