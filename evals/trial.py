@@ -133,6 +133,10 @@ class Trial:
             return run_with_timeout(lambda: self.agent.run(ctx), self.timeouts.agent_sec + GRACE_SEC, "agent")
         except PhaseTimeout:
             return AgentOutcome(finish_reason="timeout")
+        except (SandboxError, TerminalError):
+            raise
+        except Exception as exc:  # the agent's own crash is its failure; the work it left is still graded
+            return AgentOutcome(finish_reason="error", error=f"agent crashed: {type(exc).__name__}: {exc}")
         finally:
             self.phase_seconds["agent"] = time.monotonic() - started
             if terminal is not None:

@@ -206,3 +206,19 @@ def test_a_missing_prebuilt_image_is_an_infra_error(eval_docker, suite, tmp_path
     [r] = ResultsLog(tmp_path / "out" / "results.jsonl").load()
     assert (r.status, r.error_class, r.retries) == ("error", "image_unavailable", 0)
     assert "alexgshaw/fix-git:20260403" in r.error and summary.infra_errors == 1
+
+
+class _Crasher:
+    name = "crasher"
+
+    def run(self, ctx):
+        raise RuntimeError("model endpoint returned garbage")
+
+
+def test_an_agent_crash_is_the_agents_failure_and_still_graded(eval_docker, suite, tmp_path):
+    root = suite("tb1-hello-file")
+    summary = run_eval(root, RunOptions(agent="crasher", out_dir=tmp_path / "out", progress=False), agent=_Crasher())
+    [r] = ResultsLog(tmp_path / "out" / "results.jsonl").load()
+    assert (r.status, r.error_class) == ("failed", "agent_error")
+    assert "model endpoint returned garbage" in r.error and r.details["tests"]
+    assert summary.infra_errors == 0 and summary.error_classes == {"agent:agent_error": 1}
