@@ -74,11 +74,12 @@ class ContextManager:
 
     # -- compaction ---------------------------------------------------------------------------
     def maybe_compact(
-        self, messages: list[Message], last_context_tokens: int, backend: ModelBackend | None
+        self, messages: list[Message], last_context_tokens: int, backend: ModelBackend | None, force: bool = False
     ) -> Compaction | None:
+        """Compact when over the trigger (or when `force`d after the model rejected the prompt)."""
         cfg = self.config
         before = max(self.estimate_tokens(messages), last_context_tokens)
-        if before < cfg.compact_trigger * cfg.context_window:
+        if before < cfg.compact_trigger * cfg.context_window and not force:
             return None
         start, end = self._middle(messages)
         if end <= start:
@@ -86,7 +87,7 @@ class ContextManager:
         target = cfg.compact_target * cfg.context_window
         elided = messages[:start] + [_elide(m) for m in messages[start:end]] + messages[end:]
         after = self._estimate_fresh(elided)
-        if after <= target or not cfg.summarize:
+        if (after <= target and not (force and elided == messages)) or not cfg.summarize:
             return self._done(elided, "elide", before, after, [])
         summary, errors = self._summarize(messages[start:end], backend)
         summarized = messages[:start] + [Message.user(f"{SUMMARY_HEADER}\n{summary}")] + messages[end:]

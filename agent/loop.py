@@ -10,13 +10,14 @@ mini-swe-agent. Approvals, compaction and trajectories are layers around this fi
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Callable
 
 from pydantic import BaseModel
 
-from agent.backends.base import BackendError, BackendInterrupted, BackendResponse, ModelBackend
+from agent.backends.base import BackendError, BackendInterrupted, BackendResponse, ContextOverflow, ModelBackend
 from agent.config import AgentConfig
 from agent.context import ContextManager
 from agent.events import (
@@ -41,6 +42,9 @@ try:
     from sandbox.errors import SandboxError
 except ImportError:  # pragma: no cover
     SandboxError = RuntimeError  # type: ignore[misc,assignment]
+
+
+REPEAT_LIMIT = 3  # identical call + identical result this many times in a row gets a nudge
 
 
 class Approval(BaseModel):
@@ -114,6 +118,7 @@ class Agent:
         self._interrupt = threading.Event()
         self._format_errors = 0
         self._last_context_tokens = 0
+        self._recent_calls: list[tuple[str, str, str]] = []
 
     # -- public -------------------------------------------------------------------------------
     def run(self, task: str | None = None) -> RunResult:
@@ -166,16 +171,17 @@ class Agent:
         if cfg.time_limit_s is not None and time.monotonic() - started >= cfg.time_limit_s:
             raise _Stop("time_limit", f"ran for more than {cfg.time_limit_s:g}s")
 
-    def _compact_if_needed(self) -> None:
-        compacted = self.context.maybe_compact(self.messages, self._last_context_tokens, self.backend)
+    def _compact_if_needed(self, force: bool = False) -> bool:
+        compacted = self.context.maybe_compact(self.messages, self._last_context_tokens, self.backend, force)
         if compacted is None:
-            return
+            return False
         self.messages = compacted.messages
         self._last_context_tokens = compacted.event.tokens_after
         compacted.event.step = self.step
         for error in compacted.errors:
             self._emit(ErrorEvent(step=self.step, kind="compaction_error", message=error))
         self._emit(compacted.event)
+        return True
 
     def _query(self) -> BackendResponse:
         self.step += 1
@@ -186,16 +192,23 @@ class Agent:
             event = ReasoningDelta if kind == "reasoning" else ContentDelta
             self._emit(event(step=self.step, text=text))
 
-        try:
-            response = self.backend.complete(
-                self.messages,
-                self.tools.specs(),
-                reasoning_effort=self.config.reasoning_effort,
-                on_delta=on_delta,
-                cancel=self._interrupt,
-            )
-        except BackendInterrupted:
-            raise _Stop("interrupted", "interrupted by the user") from None
+        for attempt in (1, 2):
+            try:
+                response = self.backend.complete(
+                    self.messages,
+                    self.tools.specs(),
+                    reasoning_effort=self.config.reasoning_effort,
+                    on_delta=on_delta,
+                    cancel=self._interrupt,
+                )
+                break
+            except BackendInterrupted:
+                raise _Stop("interrupted", "interrupted by the user") from None
+            except ContextOverflow as exc:
+                # The estimate was off (or the window smaller than configured): compact now, once.
+                self._emit(ErrorEvent(step=self.step, kind="context_overflow", message=str(exc)))
+                if attempt == 2 or not self._compact_if_needed(force=True):
+                    raise
         u = response.usage
         self.usage.calls += 1
         self.usage.prompt_tokens += u.prompt_tokens
@@ -238,7 +251,7 @@ class Agent:
             elif self._interrupt.is_set():
                 result = ToolResult(output="not run: interrupted by the user", is_error=True)
             else:
-                result = self._run_tool(call)
+                result = self._note_repeats(call, self._run_tool(call))
             self._append(Message.tool(result.output, tool_call_id=call.id, name=call.name))
             if result.finish and finished is None:
                 finished = result
@@ -290,6 +303,16 @@ class Agent:
         )
         if result.is_error:
             self._emit(ErrorEvent(step=self.step, kind="tool_error", message=f"{call.name}: {result.output[:500]}"))
+        return result
+
+    def _note_repeats(self, call: ToolCall, result: ToolResult) -> ToolResult:
+        """A model stuck in a loop repeats the same call and gets the same answer; say so."""
+        key = (call.name, json.dumps(call.arguments, sort_keys=True), result.output)
+        self._recent_calls = [*self._recent_calls[-(REPEAT_LIMIT - 1):], key]
+        if len(self._recent_calls) == REPEAT_LIMIT and len(set(self._recent_calls)) == 1:
+            note = (f"\n[note: this is the same call with the same result {REPEAT_LIMIT} times in a row; "
+                    "the situation will not change by repeating it. Try a different approach.]")
+            return result.model_copy(update={"output": result.output + note})
         return result
 
     # -- plumbing -----------------------------------------------------------------------------

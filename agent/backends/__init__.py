@@ -7,7 +7,14 @@
 
 from __future__ import annotations
 
-from agent.backends.base import BackendError, BackendInterrupted, BackendResponse, ModelBackend, Usage
+from agent.backends.base import (
+    BackendError,
+    BackendInterrupted,
+    BackendResponse,
+    ContextOverflow,
+    ModelBackend,
+    Usage,
+)
 from agent.config import AgentConfig
 
 KINDS = ("embedded", "openai", "replay")
@@ -31,4 +38,5 @@ def make_backend(spec: str, config: AgentConfig | None = None) -> ModelBackend:
     return EmbeddedBackend(target, config.embedded)
 
 
-__all__ = ["BackendError", "BackendInterrupted", "BackendResponse", "ModelBackend", "Usage", "make_backend"]
+__all__ = ["BackendError", "BackendInterrupted", "BackendResponse", "ContextOverflow", "ModelBackend", "Usage",
+           "make_backend"]

@@ -44,6 +44,10 @@ class BackendInterrupted(BackendError):
     """`cancel` was set while the model was generating."""
 
 
+class ContextOverflow(BackendError):
+    """The prompt does not fit the model's context; the agent compacts and retries once."""
+
+
 @runtime_checkable
 class ModelBackend(Protocol):
     def complete(

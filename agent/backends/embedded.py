@@ -13,7 +13,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from agent.backends.base import BackendError, BackendInterrupted, BackendResponse, OnDelta, Usage
+from agent.backends.base import BackendError, BackendInterrupted, BackendResponse, ContextOverflow, OnDelta, Usage
 from agent.config import EmbeddedConfig
 from inference.chat.conversation import Conversation
 from inference.chat.messages import Message, ToolSpec
@@ -69,7 +69,8 @@ class EmbeddedBackend:
         prompt = conv.prompt_ids()
         room = self.engine.max_position - len(prompt)
         if room < 1:
-            raise BackendError(f"the prompt has {len(prompt)} tokens; the model's context is {self.engine.max_position}")
+            self.conversation = None  # the pending prompt is abandoned; the next call starts afresh
+            raise ContextOverflow(f"the prompt has {len(prompt)} tokens; the model's context is {self.engine.max_position}")
         from inference.engine.request import GenerateRequest
         from inference.engine.sampling_params import SamplingParams
 

@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 import httpx
 
-from agent.backends.base import BackendError, BackendInterrupted, BackendResponse, OnDelta, Usage
+from agent.backends.base import BackendError, BackendInterrupted, BackendResponse, ContextOverflow, OnDelta, Usage
 from agent.config import OpenAIConfig
 from inference.chat.messages import Message, ToolCall, ToolSpec
 
@@ -167,6 +167,8 @@ class OpenAIBackend:
                 text = response.read().decode("utf-8", "replace")[:1000]
                 if response.status_code in RETRY_STATUS:
                     raise _Retryable(f"HTTP {response.status_code}: {text}")
+                if response.status_code == 400 and ("context_length" in text or "maximum context" in text):
+                    raise ContextOverflow(f"{self.base_url}: HTTP 400: {text}")
                 raise BackendError(f"{self.base_url}: HTTP {response.status_code}: {text}")
             for line in response.iter_lines():
                 if cancel is not None and cancel.is_set():

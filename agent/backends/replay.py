@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from agent.backends.base import BackendError, BackendInterrupted, BackendResponse, OnDelta, Usage
+from agent.backends.base import BackendError, BackendInterrupted, BackendResponse, ContextOverflow, OnDelta, Usage
 from inference.chat.messages import Message, ToolSpec
 
 CHARS_PER_TOKEN = 4
@@ -35,8 +35,10 @@ def _tokens(text: str) -> int:
 
 
 class ReplayBackend:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, context_window: int | None = None):
+        """`context_window` (tokens) makes longer prompts fail like a real model's would."""
         self.path = Path(path)
+        self.context_window = context_window
         self.steps: list[dict[str, Any]] = []
         self.summaries: list[dict[str, Any]] = []
         try:
@@ -75,6 +77,10 @@ class ReplayBackend:
         if cancel is not None and cancel.is_set():
             raise BackendInterrupted("interrupted before the model call")
         summary_request = not tools
+        if self.context_window is not None:
+            size = sum(_tokens(_render(m)) for m in messages)
+            if size > self.context_window:
+                raise ContextOverflow(f"prompt of about {size} tokens exceeds the context of {self.context_window}")
         if summary_request:
             if self._summary_position >= len(self.summaries):
                 raise BackendError(f"{self.path}: no summary line left to answer a summary request")

@@ -82,3 +82,30 @@ def test_summary_falls_back_to_an_action_list_when_the_model_cannot_summarize(tm
     assert any(isinstance(e, ErrorEvent) and e.kind == "compaction_error" for e in events)
     summaries = [m.content for m in backend.prompts[-1] if (m.content or "").startswith(SUMMARY_HEADER)]
     assert summaries and "read_log" in summaries[0] and '"n": 2' in summaries[0]
+
+
+def test_a_prompt_the_model_rejects_as_too_long_is_compacted_and_retried(tmp_path):
+    # The configured window is too generous; the model's real one (3000 tokens) rejects the prompt.
+    steps = [{"tool_calls": [call("read_log", n=n)]} for n in range(12)] + [{"tool_calls": [call("finish", summary="ok")]}]
+    backend = ReplayBackend(write_replay(tmp_path / "s.jsonl", steps), context_window=3000)
+    from agent.tools.builtins import FinishTool
+
+    ctx = ToolContext(sandbox=None)
+    events = []
+    config = AgentConfig(context=ContextConfig(context_window=100_000, keep_first_turns=1, keep_recent_turns=2,
+                                               summarize=False))
+    result = Agent(config, backend, ToolSet([read_log(ctx), FinishTool(ctx)]), on_event=events.append).run("read")
+    assert result.reason == "submitted"
+    assert [e.kind for e in events if isinstance(e, ErrorEvent)].count("context_overflow") >= 1
+    assert any(isinstance(e, Compacted) and e.stage == "elide" for e in events)
+
+
+def test_repeating_the_same_call_gets_a_nudge(tmp_path):
+    steps = [{"tool_calls": [call("read_log", n=1)]} for _ in range(3)] + [{"tool_calls": [call("finish", summary="ok")]}]
+    from agent.tools.builtins import FinishTool
+
+    ctx = ToolContext(sandbox=None)
+    backend = ReplayBackend(write_replay(tmp_path / "s.jsonl", steps))
+    result = Agent(AgentConfig(), backend, ToolSet([read_log(ctx), FinishTool(ctx)])).run("read")
+    outputs = [m.content for m in result.messages if m.role == "tool"]
+    assert "Try a different approach" not in outputs[1] and "Try a different approach" in outputs[2]
