@@ -11,6 +11,7 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Callable
 
 _STDERR_KEEP = 4096
 
@@ -20,7 +21,9 @@ class StreamClosed(Exception):
 
 
 class AttachedProcess:
-    def __init__(self, client, container_id: str, argv: list[str], *, user: str | None, workdir: str | None):
+    def __init__(self, client, container_id: str, argv: list[str], *, user: str | None, workdir: str | None,
+                 stdout_sink: Callable[[bytes], object] | None = None):
+        """`stdout_sink`, when given, receives stdout instead of the in-memory buffer (large streams)."""
         api = client.api
         self._api = api
         self.exec_id = api.exec_create(
@@ -34,6 +37,7 @@ class AttachedProcess:
         self.stdout = bytearray()
         self.stderr_tail = bytearray()
         self.closed = False
+        self._sink = stdout_sink
 
     def send(self, data: bytes) -> None:
         view = memoryview(data)
@@ -46,6 +50,13 @@ class AttachedProcess:
             except OSError as exc:
                 raise StreamClosed(f"writing to the process failed: {exc}") from exc
             view = view[sent:]
+
+    def close_stdin(self) -> None:
+        """Signal end of input to the process (half-close of the attach connection)."""
+        try:
+            self._sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
 
     def pump(self, deadline: float) -> bool:
         """Read what is available (waiting until `deadline` for something); False on timeout."""
@@ -80,6 +91,8 @@ class AttachedProcess:
             if stream == 2:
                 self.stderr_tail += payload
                 del self.stderr_tail[:-_STDERR_KEEP]
+            elif self._sink is not None:
+                self._sink(bytes(payload))
             else:
                 self.stdout += payload
             pos += 8 + length

@@ -16,6 +16,7 @@ from sandbox.capture import HeadTailBuffer, render_output
 from sandbox.config import SandboxConfig, format_size
 from sandbox.constants import LABEL_KEY, RUN_LABEL_KEY, run_id
 from sandbox.docker_client import connect
+from sandbox.exec_tar import ExecTar
 from sandbox.errors import ContainerDied, ImageNotFound, SandboxClosed, SandboxError, SandboxTimeout
 from sandbox.result import ExecResult
 from sandbox.shell import SHELL_ARGV, PersistentShell, ShellDied
@@ -44,6 +45,10 @@ class Sandbox:
         self._lock = threading.RLock()
         self._shell: PersistentShell | None = None
         self._closed = False
+        # Docker's archive API cannot write to a read-only root nor see its tmpfs workdir.
+        self._files: files.ArchiveTransport = (
+            ExecTar(client, container.id, config.user, config.command_timeout) if config.read_only_root
+            else files.DockerArchiveAPI(client.api, container.id))
         _open_sandboxes.add(self)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -138,7 +143,7 @@ class Sandbox:
             code = exc.exit_code if isinstance(exc, ShellDied) else None
             try:
                 self._shell.restart()
-            except (ShellDied, StreamClosed, TimeoutError) as restart_exc:
+            except Exception as restart_exc:  # noqa: BLE001 - any failure here means the sandbox is unusable
                 # The engine may report the container as running for a moment after it was killed.
                 died = self._death_error(settle=5.0) or SandboxError(
                     f"the sandbox shell exited and could not be restarted: {restart_exc}")
@@ -209,24 +214,24 @@ class Sandbox:
         path = self._absolute(path)
         payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
         parent = posixpath.dirname(path)
-        if files.container_stat(self._client.api, self.container_id, parent) is None:
+        if self._files.kind(parent) is None:
             made = self.exec_once(["mkdir", "-p", parent], timeout=30)
             if made.exit_code != 0:
                 raise SandboxError(f"write_file: cannot create {parent}: {made.output.strip()}")
         uid, gid = self._owner()
-        files.put_bytes(self._client.api, self.container_id, path, payload, uid, gid, mode)
+        files.put_bytes(self._files, path, payload, uid, gid, mode)
 
     def read_file(self, path: str) -> bytes:
         self._check_open()
-        return files.get_bytes(self._client.api, self.container_id, self._absolute(path))
+        return files.get_bytes(self._files, self._absolute(path))
 
     def copy_in(self, host_path, container_path: str) -> str:
         self._check_open()
-        return files.copy_in(self._client.api, self.container_id, host_path, self._absolute(container_path), *self._owner())
+        return files.copy_in(self._files, host_path, self._absolute(container_path), *self._owner())
 
     def copy_out(self, container_path: str, host_path):
         self._check_open()
-        return files.copy_out(self._client.api, self.container_id, self._absolute(container_path), host_path)
+        return files.copy_out(self._files, self._absolute(container_path), host_path)
 
     # -- helpers -------------------------------------------------------------------------------
     def _absolute(self, path: str) -> str:

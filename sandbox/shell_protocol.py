@@ -20,6 +20,8 @@ from __future__ import annotations
 
 SPOOL_DIR = "/tmp/.horizon"
 
+# Commands may define functions named like any command (a fork bomb redefines `:`), so the code
+# that runs around them calls `builtin` and `command` explicitly and never calls `:`.
 SHELL_PRELUDE = r"""
 set +o history +m
 mkdir -p "$__hz_dir" 2>/dev/null; chmod 700 "$__hz_dir" 2>/dev/null
@@ -38,7 +40,7 @@ __hz_mark_start() {
   # shared with the previous command's end is skipped, so its background jobs are never taken.
   __hz_now
   (( __hz_cs <= __hz_end_cs )) && __hz_cs=$(( __hz_end_cs + 1 ))
-  printf '%s\n' "$__hz_cs" > "$__hz_dir/start"
+  builtin printf '%s\n' "$__hz_cs" > "$__hz_dir/start"
 }
 __hz_end_cs=0
 __hz_run() {
@@ -50,22 +52,22 @@ __hz_run() {
 }
 __hz_done() {
   local rc=$1 size oom
-  trap ':' USR1
+  trap '__hz_usr1=1' USR1
   export __HZ_CMD=
   __hz_now; __hz_end_cs=$__hz_cs
   __hz_oom_kills; oom=$__hz_oomn
-  size=$(stat -c %s -- "$__hz_spool" 2>/dev/null); size=${size:-0}
-  printf '\036HZ:%s:%s:%s:%s\n' "$2" "$rc" "$size" "$((oom - __hz_oom0))"
+  size=$(command stat -c %s -- "$__hz_spool" 2>/dev/null); size=${size:-0}
+  builtin printf '\036HZ:%s:%s:%s:%s\n' "$2" "$rc" "$size" "$((oom - __hz_oom0))"
   if (( size <= __hz_head + __hz_tail )); then
-    head -c "$size" -- "$__hz_spool"
+    command head -c "$size" -- "$__hz_spool"
   else
-    head -c "$__hz_head" -- "$__hz_spool"; tail -c "$__hz_tail" -- "$__hz_spool"
+    command head -c "$__hz_head" -- "$__hz_spool"; command tail -c "$__hz_tail" -- "$__hz_spool"
   fi
-  rm -f -- "$__hz_spool"
-  [[ $__hz_in == "$__hz_dir"/in-* ]] && rm -f -- "$__hz_in"
-  printf '\036HZEND:%s\n' "$2"
+  command rm -f -- "$__hz_spool"
+  [[ $__hz_in == "$__hz_dir"/in-* ]] && command rm -f -- "$__hz_in"
+  builtin printf '\036HZEND:%s\n' "$2"
 }
-trap ':' USR1
+trap '__hz_usr1=1' USR1
 printf '\036HZREADY:%s:%s:%s\n' "$$" "$(id -u)" "$(id -g)"
 """
 
@@ -76,32 +78,40 @@ __hz_reap() {
   # A process belongs to the command if it carries the command's __HZ_CMD (exec'd programs), or
   # if it sits in the shell's process group and started after the command did (forked
   # subshells, which keep the shell's environment block).
-  local round p e line start=0 shell_pgid=-1
+  local round quiet=0 p e line start=0 shell_pgid=-1
   local -a env f found
   kill -USR1 "$2" 2>/dev/null
   read -r start < "$__hz_dir/start"
   if read -r line < "/proc/$2/stat"; then f=(${line##*) }); shell_pgid=${f[2]}; fi
-  for ((round = 0; round < 100; round++)); do
+  # A process caught mid-fork can still produce a child after it was seen, so stop only after a
+  # few consecutive rounds find nothing.
+  for ((round = 0; round < 400 && quiet < 3; round++)); do
     found=()
     for p in /proc/[0-9]*; do
       p=${p#/proc/}
       [[ $p == "$$" || $p == "$2" || $p == 1 ]] && continue
-      read -r line < "/proc/$p/stat" 2>/dev/null || continue
+      read -r line 2>/dev/null < "/proc/$p/stat" || continue
       f=(${line##*) })
       [[ ${f[0]} == Z ]] && continue  # already dead, waiting to be reaped
       if (( f[2] == shell_pgid && f[19] >= start )); then
         kill -STOP "$p" 2>/dev/null; found+=("$p"); continue
       fi
-      mapfile -d '' env < "/proc/$p/environ" 2>/dev/null || continue
+      mapfile -d '' env 2>/dev/null < "/proc/$p/environ" || continue
       for e in "${env[@]}"; do
         if [[ $e == "__HZ_CMD=$1" ]]; then kill -STOP "$p" 2>/dev/null; found+=("$p"); break; fi
       done
     done
-    (( ${#found[@]} == 0 )) && break
-    kill -KILL "${found[@]}" 2>/dev/null
+    if (( ${#found[@]} == 0 )); then
+      (( quiet++ ))
+      read -r -t 0.02 -u "$__hz_pause_fd"  # a sleep without forking: nothing is ever written there
+    else
+      quiet=0
+      kill -KILL "${found[@]}" 2>/dev/null
+    fi
   done
   kill -USR1 "$2" 2>/dev/null
 }
+exec {__hz_pause_fd}<> <(:)
 printf '\036HZREADY:%s:0:0\n' "$$"
 """
 
