@@ -148,6 +148,7 @@ def build_cases(quick: bool, device) -> list[Case]:
         *indexer_cases(512, 1, 16384, device, gen),  # a 512-token prefill chunk at 16K
         sparse_mla_case(64, 64, 2048, 1 << 20, device, gen),  # 64 decode tokens, all 64 heads (TP1)
         sparse_mla_case(64, 16, 2048, 1 << 20, device, gen),  # the same at 16 heads (TP4)
+        sparse_mla_case(4, 16, 2048, 1 << 20, device, gen),  # small batch: relies on split rows
         fused_moe_case("fused_moe_decode", 32, 256, 8, 6144, 256, device, gen),  # TP8 shard, I=2048/8
         fused_moe_case("fused_moe_prefill", 2048, 256, 8, 6144, 256, device, gen),
     ]

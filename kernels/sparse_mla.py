@@ -14,6 +14,8 @@ rows in blocks with an online softmax, so it never materializes the [K, row] gat
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from kernels.backend import TritonKernel, cdiv, dot_precision, next_pow2, resolve_backend, tl
@@ -53,16 +55,21 @@ def sparse_mla_torch(
 
 def _sparse_mla_kernel(
     q_ptr, rows_ptr, slots_ptr, out_ptr, lse_ptr,
-    H, K, softmax_scale,
-    stride_qt, stride_qh, stride_st, stride_ot, stride_oh, stride_lt,
+    H, K, K_PER_SPLIT, softmax_scale,
+    stride_qt, stride_qh, stride_st, stride_os, stride_ot, stride_oh, stride_ls, stride_lt,
     RANK: tl.constexpr, ROPE: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr,
     DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
-    # One program: one query token x BLOCK_H heads. All heads share the token's selected rows, so a
-    # gathered block of rows is used by BLOCK_H heads for both QK^T and PV.
+    # One program: one query token x BLOCK_H heads x one split of its selected rows. All heads share
+    # the token's rows, so a gathered block of rows serves BLOCK_H heads for both QK^T and PV.
+    # Splits (program_id 2) write partial (out, lse) that the launcher merges: small decode batches
+    # would otherwise leave most SMs idle.
     t = tl.program_id(0)
     offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    split = tl.program_id(2)
+    k_start = split * K_PER_SPLIT
+    k_end = tl.minimum(K, k_start + K_PER_SPLIT)
     offs_r = tl.arange(0, BLOCK_R)
     offs_p = tl.arange(0, BLOCK_P)
     h_ok = offs_h < H
@@ -81,9 +88,9 @@ def _sparse_mla_kernel(
     m_i = tl.full([BLOCK_H], -1.0e30, dtype=tl.float32)
     l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_R], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(k_start, k_end, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        slots = tl.load(slots_ptr + t * stride_st + offs_k, mask=offs_k < K, other=-1).to(tl.int64)
+        slots = tl.load(slots_ptr + t * stride_st + offs_k, mask=offs_k < k_end, other=-1).to(tl.int64)
         valid = slots >= 0
         row_base = rows_ptr + slots[:, None] * row_width
         lat = tl.load(row_base + offs_r[None, :], mask=valid[:, None] & r_ok[None, :], other=0.0)
@@ -104,10 +111,10 @@ def _sparse_mla_kernel(
 
     has_keys = l_i > 0.0
     out = acc / tl.where(has_keys, l_i, 1.0)[:, None]
-    out_ptrs = out_ptr + t * stride_ot + offs_h[:, None] * stride_oh + offs_r[None, :]
+    out_ptrs = out_ptr + split * stride_os + t * stride_ot + offs_h[:, None] * stride_oh + offs_r[None, :]
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=h_ok[:, None] & r_ok[None, :])
     lse = tl.where(has_keys, m_i + tl.log(tl.where(has_keys, l_i, 1.0)), float("-inf"))
-    tl.store(lse_ptr + t * stride_lt + offs_h, lse, mask=h_ok)
+    tl.store(lse_ptr + split * stride_ls + t * stride_lt + offs_h, lse, mask=h_ok)
 
 
 _SPARSE_MLA_KERNEL = TritonKernel(_sparse_mla_kernel)
@@ -128,6 +135,20 @@ def sparse_mla_meta(num_heads: int, kv_lora_rank: int, rope_dim: int, dtype: tor
     )  # fmt: skip
 
 
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def choose_num_splits(device: torch.device, programs: int, K: int, block_k: int) -> int:
+    """Enough splits of the selected rows to give every SM about two programs, keeping at least
+    four row blocks per split (fewer would make the merge cost more than it saves)."""
+    if device.type != "cuda":
+        return 1
+    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+    return max(1, min(cdiv(2 * sms, max(1, programs)), cdiv(K, 4 * block_k), 16))
+
+
 def sparse_mla_triton(
     q: torch.Tensor,
     latent_cache: torch.Tensor,
@@ -135,27 +156,43 @@ def sparse_mla_triton(
     softmax_scale: float,
     kv_lora_rank: int,
     block_k: int = 32,
+    num_splits: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Triton: (out [T, H, kv_lora_rank] in q's dtype, lse [T, H] fp32); same contract as the reference."""
+    """Triton: (out [T, H, kv_lora_rank] in q's dtype, lse [T, H] fp32); same contract as the reference.
+
+    num_splits: how many programs share one token's selected rows (default: ``choose_num_splits``).
+    """
     T, H, width = q.shape
+    K = topk_slots.shape[1]
     rope = width - kv_lora_rank
     rows = latent_cache.reshape(-1, width)
     q = q if q.stride(-1) == 1 else q.contiguous()
     topk_slots = topk_slots.contiguous()
-    out = torch.empty((T, H, kv_lora_rank), dtype=q.dtype, device=q.device)
-    lse = torch.empty((T, H), dtype=torch.float32, device=q.device)
-    if T == 0:
-        return out, lse
     meta = sparse_mla_meta(H, kv_lora_rank, rope, q.dtype, block_k)
-    grid = (T, cdiv(H, meta["BLOCK_H"]))
-    _SPARSE_MLA_KERNEL.launch(
-        grid,
-        q, rows, topk_slots, out, lse,
-        H, topk_slots.shape[1], float(softmax_scale),
-        q.stride(0), q.stride(1), topk_slots.stride(0), out.stride(0), out.stride(1), lse.stride(0),
-        device=q.device, **meta,
-    )  # fmt: skip
-    return out, lse
+    head_blocks = cdiv(H, meta["BLOCK_H"])
+    if num_splits is None:
+        num_splits = choose_num_splits(q.device, T * head_blocks, K, block_k)
+    k_per_split = cdiv(cdiv(max(K, 1), num_splits), block_k) * block_k
+    num_splits = max(1, cdiv(K, k_per_split))
+    if num_splits == 1:  # write the final result directly
+        out = torch.empty((1, T, H, kv_lora_rank), dtype=q.dtype, device=q.device)
+    else:  # fp32 partials, merged below
+        out = torch.empty((num_splits, T, H, kv_lora_rank), dtype=torch.float32, device=q.device)
+    lse = torch.empty((num_splits, T, H), dtype=torch.float32, device=q.device)
+    if T > 0:
+        _SPARSE_MLA_KERNEL.launch(
+            (T, head_blocks, num_splits),
+            q, rows, topk_slots, out, lse,
+            H, K, k_per_split, float(softmax_scale),
+            q.stride(0), q.stride(1), topk_slots.stride(0),
+            out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
+            device=q.device, **meta,
+        )  # fmt: skip
+    if num_splits == 1:
+        return out[0], lse[0]
+    total_lse = torch.logsumexp(lse, dim=0)  # -inf where no split saw a key
+    weights = torch.exp(lse - total_lse).nan_to_num(0.0)  # (-inf) - (-inf) -> 0
+    return (weights[..., None] * out).sum(0).to(q.dtype), total_lse
 
 
 def sparse_mla_attention(

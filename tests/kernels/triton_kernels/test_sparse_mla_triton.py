@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kernels.indexer_topk import indexer_topk
-from kernels.sparse_mla import sparse_mla_attention
+from kernels.sparse_mla import sparse_mla_attention, sparse_mla_triton
 
 CASES = {
     # name: (tokens, heads, kv_lora_rank, rope_dim, selected K, num_slots)
@@ -79,3 +79,15 @@ def test_indexer_selection_feeds_sparse_attention(gen, device, make_paged_batch)
         scores = (q[t] @ rows.T) * (R + P) ** -0.5
         probs = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)
         torch.testing.assert_close(out[t], probs @ rows[:, :R], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("num_splits", [2, 3, 8])
+def test_split_rows_merge_to_the_same_result(num_splits, gen, device):
+    """Partial softmaxes over splits of the selected rows (some splits fully masked) merge exactly."""
+    q, cache, slots, scale, rank = _inputs("two_head_blocks", torch.float32, gen, device)
+    slots[1] = -1  # a token with no keys at all
+    out, lse = sparse_mla_triton(q, cache, slots, scale, rank, num_splits=num_splits)
+    ref_out, ref_lse = sparse_mla_attention(q, cache, slots, scale, rank, backend="torch")
+    torch.testing.assert_close(out, ref_out, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(lse, ref_lse, atol=1e-4, rtol=1e-4)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
