@@ -21,8 +21,10 @@ import httpx
 from agent.backends.base import BackendError, BackendInterrupted, BackendResponse, ContextOverflow, OnDelta, Usage
 from agent.config import OpenAIConfig
 from inference.chat.messages import Message, ToolCall, ToolSpec
+from inference.chat.parser import parse_completion
 
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+TOOL_CALL_TAG = "<tool_call>"
 
 
 def normalize_base_url(url: str) -> str:
@@ -73,7 +75,7 @@ class _Stream:
         if self.on_delta is not None:
             self.on_delta(kind, text)
 
-    def result(self) -> BackendResponse:
+    def result(self, tools: list[ToolSpec]) -> BackendResponse:
         calls, errors = [], []
         for index in sorted(self.calls):
             slot = self.calls[index]
@@ -85,8 +87,14 @@ class _Stream:
                 errors.append(f"the arguments of your call to {slot['name']!r} are not a valid JSON object ({exc}).")
                 continue
             calls.append(ToolCall(id=slot["id"] or f"call_{uuid.uuid4().hex[:12]}", name=slot["name"], arguments=arguments))
+        content = "".join(self.content)
+        if not calls and TOOL_CALL_TAG in content:
+            # Text-format fallback: a server without a GLM tool parser passes the markup through.
+            parsed = parse_completion(content, tools, start_in_reasoning=False)
+            content, calls = parsed.content, parsed.tool_calls
+            errors += [e.message for e in parsed.errors]
         message = Message.assistant(
-            content="".join(self.content) or None, reasoning="".join(self.reasoning) or None, tool_calls=calls
+            content=content or None, reasoning="".join(self.reasoning) or None, tool_calls=calls
         )
         details = self.usage.get("prompt_tokens_details") or {}
         usage = Usage(
@@ -151,7 +159,7 @@ class OpenAIBackend:
             stream = _Stream(on_delta)
             try:
                 self._stream(body, headers, stream, cancel)
-                return stream.result()
+                return stream.result(tools)
             except BackendInterrupted:
                 raise
             except (httpx.TransportError, _Retryable) as exc:

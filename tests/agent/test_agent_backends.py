@@ -79,3 +79,39 @@ def test_bad_model_specs_are_rejected(spec):
 
     with pytest.raises(BackendError):
         make_backend(spec, AgentConfig())
+
+
+BASH_SPEC = {"name": "bash", "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}
+
+
+def test_openai_stream_chunks_assemble_into_one_message():
+    from agent.backends.openai_compat import _Stream
+    from inference.chat.messages import ToolSpec
+
+    seen = []
+    stream = _Stream(lambda kind, text: seen.append((kind, text)))
+    stream.feed({"choices": [{"delta": {"reasoning_content": "think"}}]})
+    stream.feed({"choices": [{"delta": {"content": "Listing.", "tool_calls": [
+        {"index": 0, "id": "c1", "function": {"name": "bash", "arguments": '{"comm'}}]}}]})
+    stream.feed({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'and": "ls"}'}},
+                                                       {"index": 1, "id": "c2", "function": {"name": "bash",
+                                                                                            "arguments": "{oops"}}]},
+                              "finish_reason": "tool_calls"}]})
+    stream.feed({"choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 9,
+                                          "prompt_tokens_details": {"cached_tokens": 32}}})
+    response = stream.result([ToolSpec(**BASH_SPEC)])
+    assert seen == [("reasoning", "think"), ("content", "Listing.")]
+    assert [(c.id, c.arguments) for c in response.message.tool_calls] == [("c1", {"command": "ls"})]
+    assert "'bash' are not a valid JSON object" in response.format_errors[0]
+    assert (response.usage.prompt_tokens, response.usage.cached_tokens, response.usage.completion_tokens) == (50, 32, 9)
+
+
+def test_openai_text_format_tool_calls_are_parsed_as_a_fallback():
+    from agent.backends.openai_compat import _Stream
+    from inference.chat.messages import ToolSpec
+
+    stream = _Stream(None)
+    stream.feed({"choices": [{"delta": {"content": "Look:<tool_call>bash<arg_key>command</arg_key>"
+                                                   "<arg_value>ls -la</arg_value></tool_call>"}}]})
+    response = stream.result([ToolSpec(**BASH_SPEC)])
+    assert response.message.content == "Look:" and response.message.tool_calls[0].arguments == {"command": "ls -la"}
