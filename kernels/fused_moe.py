@@ -29,7 +29,9 @@ from kernels.validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, chec
 def _grouped_linear(x: torch.Tensor, w: torch.Tensor, counts: torch.Tensor, group_ends: torch.Tensor) -> torch.Tensor:
     """y[rows of group e] = x[rows of group e] @ w[e].T for x sorted by group; w [E, N, K]."""
     aligned = all(n * x.element_size() % 16 == 0 for n in (x.shape[1], w.shape[1]))
-    if hasattr(F, "grouped_mm") and aligned and x.dtype in (torch.float32, torch.bfloat16) and x.shape[0] > 0:
+    # grouped_mm takes fp32 and bf16 on CPU but only bf16 on CUDA.
+    dtype_ok = x.dtype == torch.bfloat16 or (x.dtype == torch.float32 and x.device.type == "cpu")
+    if hasattr(F, "grouped_mm") and aligned and dtype_ok and x.shape[0] > 0:
         return F.grouped_mm(x.contiguous(), w.transpose(1, 2), offs=group_ends)
     # Odd shapes or an older torch: one matmul per expert that received tokens.
     outs = [xe @ w[e].T for e, xe in enumerate(torch.split(x, counts.tolist())) if xe.shape[0] > 0]

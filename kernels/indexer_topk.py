@@ -25,7 +25,7 @@ from kernels.backend import TritonKernel, cdiv, dot_precision, next_pow2, resolv
 from kernels.grouped_blocks import group_into_blocks
 from kernels.validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_tensor, flat_rows
 
-# Chunk query tokens so that one chunk's [tokens, keys, max(heads, dim)] working set stays bounded.
+# Chunk query tokens so that one chunk's working set (fp32 values) stays bounded.
 DEFAULT_MAX_CHUNK_ELEMS = 1 << 26
 
 
@@ -232,7 +232,9 @@ def indexer_topk(
     slots = torch.full((T, k), -1, dtype=torch.int32, device=device)
     if T == 0 or k == 0:
         return IndexerTopk(positions=positions, slots=slots)
-    chunk = max(1, max_chunk_elems // max(1, S * max(dims["H"], dims["D"])))
+    # The reference holds [tokens, S, max(H, D)] fp32 intermediates, the kernel only the scores.
+    per_token = S * (max(dims["H"], dims["D"]) if impl is indexer_scores_torch else 1)
+    chunk = max(1, max_chunk_elems // max(1, per_token))
     for start in range(0, T, chunk):
         end = min(T, start + chunk)
         scores = impl(
