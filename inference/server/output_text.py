@@ -40,8 +40,10 @@ class OutputText:
 
 
 def _safe_prefix(text: str, stops: list[str]) -> int:
+    """Length of the prefix of text that can be neither part of a stop string nor precede one."""
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=len(text))
     longest = max(len(s) for s in stops)
-    for k in range(min(len(text), longest - 1), 0, -1):
-        if any(s.startswith(text[-k:]) for s in stops):
-            return len(text) - k
-    return len(text)
+    for k in range(min(cut, longest), 0, -1):
+        if any(s.startswith(text[cut - k : cut]) for s in stops):
+            return cut - k
+    return cut

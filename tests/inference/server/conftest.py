@@ -78,3 +78,13 @@ def client(live_server):
 
     with openai.OpenAI(base_url=live_server.base_url, api_key="unused", max_retries=0, timeout=120) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tmp_path_factory):
+    from inference.tokenizer import Tokenizer
+    from inference.tokenizer_training import write_tokenizer_files
+
+    out = tmp_path_factory.mktemp("server-tokenizer")
+    write_tokenizer_files(out)
+    return Tokenizer.from_pretrained(out)
