@@ -71,16 +71,20 @@ class EmbeddedBackend:
         if room < 1:
             self.conversation = None  # the pending prompt is abandoned; the next call starts afresh
             raise ContextOverflow(f"the prompt has {len(prompt)} tokens; the model's context is {self.engine.max_position}")
-        from inference.engine.request import GenerateRequest
+        from inference.engine.request import EngineError, GenerateRequest
         from inference.engine.sampling_params import SamplingParams
 
         params = SamplingParams(
             temperature=self.config.temperature, top_p=self.config.top_p, seed=self.config.seed,
             max_tokens=min(max_tokens or self.config.max_new_tokens, room), stop_token_ids=self.stop_ids,
         )
-        handle = self.engine.submit(GenerateRequest(
-            prompt_ids=prompt, params=params, session_id=session, reasoning_effort=reasoning_effort,
-        ))
+        try:
+            handle = self.engine.submit(GenerateRequest(
+                prompt_ids=prompt, params=params, session_id=session, reasoning_effort=reasoning_effort,
+            ))
+        except EngineError as exc:
+            self.conversation = None
+            raise BackendError(f"the engine refused the request: {exc}") from None
         parser = StreamingParser(tools, start_in_reasoning=template.generation_starts_in_reasoning)
         detok = self.tokenizer.detokenizer()
         reasoning, content, calls, errors = [], [], [], []

@@ -120,7 +120,10 @@ class OpenAIBackend:
     def model_name(self) -> str:
         if self._model_name is None:
             response = self._request_with_retries(lambda: self._client.get(f"{self.base_url}/models"))
-            models = response.json().get("data") or []
+            try:
+                models = response.json().get("data") or []
+            except (ValueError, AttributeError):
+                raise BackendError(f"{self.base_url}/models did not answer with a model list") from None
             if not models:
                 raise BackendError(f"{self.base_url}/models lists no models; set openai.model_name")
             self._model_name = models[0]["id"]

@@ -72,9 +72,11 @@ class BashTool(Tool):
         if result.truncated:
             notes.append("[the sandbox's capture limit cut this output; redirect to a file to keep all of it]")
         if result.timed_out:
+            said = "timed out" in output[-300:]  # the sandbox may already have said so
             notes.append(
-                f"[timed out after {timeout:g}s; the command was killed. For long jobs pass a larger "
-                "`timeout`, or run them in the background writing to a log file and poll it]"
+                ("[" if said else f"[timed out after {timeout:g}s; the command was killed. ")
+                + "For long jobs pass a larger `timeout`, or run them in the background writing to a log "
+                "file and poll it]"
             )
         else:
             notes.append(f"[exit code: {result.exit_code}]")
