@@ -258,5 +258,6 @@ class ChatApp(App):
                 self.stats.add_usage(record)
             if not isinstance(record, RunStart):
                 await self.conversation.apply(record)
-        self.conversation.scroll_end(animate=False)
         await self.notice(f"resumed session {session.id} ({len(records)} records)")
+        self.conversation.scroll_end(animate=False)
+        self.query_one(StatusLine).refresh()

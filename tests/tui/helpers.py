@@ -34,10 +34,10 @@ def write_replay(path: Path, steps: list[dict]) -> str:
 # A turn that runs the test, fixes the bug (an edit), reruns the test and answers in Markdown.
 FIX_TURN = [
     {"reasoning_content": "The test should show what add() does.", "content": "Let me run the test.",
-     "tool_calls": [call("c1", "bash", command="python3 test_calc.py")]},
+     "tool_calls": [call("c1", "bash", command="python3 -B test_calc.py")]},
     {"reasoning_content": "add() subtracts.", "tool_calls": [call("c2", "str_replace", path="calc.py",
                                                                    old_str="a - b", new_str="a + b")]},
-    {"tool_calls": [call("c3", "bash", command="python3 test_calc.py")]},
+    {"tool_calls": [call("c3", "bash", command="python3 -B test_calc.py")]},
     {"content": "Fixed: `add` now **adds**.\n\n- `calc.py`: `a - b` → `a + b`\n- the test passes"},
 ]
 

@@ -33,7 +33,7 @@ async def test_request_approve_command_and_edit_then_see_diff(make_app, chat_rep
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press(*"fix the add function", "enter")
         await until(pilot, lambda: approval_shown(app), what="the bash approval")
-        assert "Allow bash?" in screen_text(app) and "python3 test_calc.py" in screen_text(app)
+        assert "Allow bash?" in screen_text(app) and "python3 -B test_calc.py" in screen_text(app)
         await pilot.press("y")
         await until(pilot, lambda: approval_shown(app) and app._pending.call.name == "str_replace",
                     what="the edit approval")

@@ -68,9 +68,9 @@ class AnswerBlock(Markdown):
         self._pending = False
         self.update(self.text)
 
-    def close(self) -> None:
+    async def close(self) -> None:
         self._pending = False
-        self.update(self.text)
+        await self.update(self.text)
 
 
 def tool_title(name: str, args: dict) -> str:

@@ -48,7 +48,7 @@ class ConversationView(VerticalScroll):
 
     async def apply(self, record: Record) -> None:
         if isinstance(record, UserTurn):
-            self._close_stream()
+            await self._close_stream()
             await self.mount(UserBlock(record.text, record.attachments))
         elif isinstance(record, Notice):
             await self.mount(notice_widget(record))
@@ -59,7 +59,7 @@ class ConversationView(VerticalScroll):
         elif isinstance(record, MessageAppended):
             await self._message(record.message)
         elif isinstance(record, ToolCallEvent):
-            self._close_stream()
+            await self._close_stream()
             block = ToolBlock(record.call_id, record.name, record.arguments)
             self.tools[record.call_id] = block
             await self.mount(block)
@@ -73,7 +73,7 @@ class ConversationView(VerticalScroll):
             text = f"context compacted ({record.stage}): {record.tokens_before:,} → {record.tokens_after:,} tokens"
             await self.mount(NoticeBlock(text))
         elif isinstance(record, FinishEvent):
-            self._close_stream()
+            await self._close_stream()
             if record.reason not in ("submitted",):
                 await self.mount(NoticeBlock(f"stopped: {record.reason.replace('_', ' ')}", kind="warning"))
             elif record.summary.strip() and record.summary.strip() != self._last_answer.strip():
@@ -105,18 +105,18 @@ class ConversationView(VerticalScroll):
                 await self._add_reasoning(message["reasoning_content"])
             if message.get("content"):
                 await self._add_answer(message["content"])
-        self._close_stream()
+        await self._close_stream()
         self._streamed_in_step = False
 
-    def _close_stream(self) -> None:
+    async def _close_stream(self) -> None:
         if self._reasoning is not None:
             self._reasoning.close()
         if self._answer is not None:
-            self._answer.close()
+            await self._answer.close()
             self._last_answer = self._answer.text
         self._reasoning = self._answer = None
 
     async def clear(self) -> None:
-        self._close_stream()
+        await self._close_stream()
         self.tools.clear()
         await self.remove_children()
