@@ -55,7 +55,7 @@ def random_paged_batch(
     )
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def make_paged_batch():
     """Factory fixture: random_paged_batch(seq_lens, query_lens, page_size, gen)."""
     return random_paged_batch
