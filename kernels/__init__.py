@@ -2,6 +2,16 @@
 
 Dispatchers pick Triton for CUDA tensors and the reference otherwise (``backend=`` overrides;
 see kernels.backend). Paged caches are addressed by flat slot ids: slot = page * page_size + offset.
+
+One DSA attention step of a layer, with the caches of inference/kv_cache.py (rows already written):
+
+    sel = indexer_topk(q_idx, w_idx, indexer_cache, key_slots, seq_of_token, positions,
+                       topk=2048, softmax_scale=index_head_dim**-0.5)       # full-indexer layers
+    out_lat, _ = sparse_mla_attention(torch.cat([q_absorbed, q_pe], -1), latent_cache, sel.slots,
+                                      softmax_scale=qk_head_dim**-0.5, kv_lora_rank=512)
+    # out_lat [N, heads, 512] -> W_UV -> o_proj. IndexShare "shared" layers reuse sel.slots.
+
+and the routed experts of an MoE layer: ``fused_moe(x, gate_up_proj, down_proj, ids, weights)``.
 """
 
 from kernels.backend import BACKENDS, resolve_backend
