@@ -51,22 +51,39 @@ __hz_run() {
   eval "$__hz_cmd" > "$__hz_spool" 2>&1 < "$__hz_in"
 }
 __hz_done() {
-  local rc=$1 size oom
+  local rc=$1 oom
   trap '__hz_usr1=1' USR1
   export __HZ_CMD=
   __hz_now; __hz_end_cs=$__hz_cs
-  __hz_oom_kills; oom=$__hz_oomn
-  size=$(command stat -c %s -- "$__hz_spool" 2>/dev/null); size=${size:-0}
-  builtin printf '\036HZ:%s:%s:%s:%s\n' "$2" "$rc" "$size" "$((oom - __hz_oom0))"
-  if (( size <= __hz_head + __hz_tail )); then
-    command head -c "$size" -- "$__hz_spool"
+  __hz_oom_kills; oom=$((__hz_oomn - __hz_oom0))
+  if [[ -s $__hz_spool ]]; then
+    # One process reads the size, head and tail, and removes the spool (perl-base is Essential).
+    command perl -e "$__hz_emit" -- "$__hz_spool" "$__hz_head" "$__hz_tail" "$2" "$rc" "$oom" \
+      || builtin printf '\036HZ:%s:%s:0:%s\n' "$2" "$rc" "$oom"
   else
-    command head -c "$__hz_head" -- "$__hz_spool"; command tail -c "$__hz_tail" -- "$__hz_spool"
+    # No output: no process at all; empty spools are removed in batches.
+    builtin printf '\036HZ:%s:%s:0:%s\n' "$2" "$rc" "$oom"
+    __hz_trash+=("$__hz_spool")
+    (( ${#__hz_trash[@]} >= 64 )) && { command rm -f -- "${__hz_trash[@]}"; __hz_trash=(); }
   fi
-  command rm -f -- "$__hz_spool"
   [[ $__hz_in == "$__hz_dir"/in-* ]] && command rm -f -- "$__hz_in"
   builtin printf '\036HZEND:%s\n' "$2"
 }
+__hz_trash=()
+__hz_emit='
+  my ($path, $head, $tail, $tok, $rc, $oom) = @ARGV;
+  open(my $fh, "<:raw", $path) or die;
+  my $size = -s $fh;
+  binmode STDOUT;
+  print "\036HZ:$tok:$rc:$size:$oom\n";
+  my $buf;
+  if ($size <= $head + $tail) { read($fh, $buf, $size); print $buf; }
+  else {
+    read($fh, $buf, $head); print $buf;
+    seek($fh, $size - $tail, 0); read($fh, $buf, $tail); print $buf;
+  }
+  unlink $path;
+'
 trap '__hz_usr1=1' USR1
 printf '\036HZREADY:%s:%s:%s\n' "$$" "$(id -u)" "$(id -g)"
 """

@@ -47,11 +47,11 @@ def test_fork_bomb_is_contained_by_the_pids_limit(sandbox):
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        r = sandbox.exec(":(){ :|:& };:; sleep 5", timeout=8)
+        r = sandbox.exec(":(){ :|:& };:; sleep 60", timeout=6)
     finally:
         stop.set()
         watcher.join()
-    assert r.timed_out or r.exit_code != 0
+    assert r.timed_out
     assert counts, "the host thread could not run during the bomb"
     pids = sandbox.exec("ps -e --no-headers | wc -l", timeout=60)
     assert int(pids.output.split()[-1]) < 20, pids.output  # the bomb was reaped with the timed-out command
