@@ -103,6 +103,7 @@ class AttentionMetadata:
     seq_of_token: torch.Tensor  # [N] sequence index of each new token
     max_query_len: int  # T
     max_seq_len: int  # S
+    uniform: bool  # every sequence has exactly T new tokens: padded layout == flat layout, no copies
 
     @classmethod
     def from_batch(cls, batch: ForwardBatch, page_size: int) -> AttentionMetadata:
@@ -129,15 +130,20 @@ class AttentionMetadata:
         key_valid = key_pos.view(1, 1, -1) <= qpos.view(b, max_q, 1)
         key_valid &= (key_pos.view(1, -1) < batch.seq_lens.view(-1, 1)).unsqueeze(1)
         key_valid[..., 0] = True
-        return cls(slot_mapping, key_slots, key_valid, query_rows, seq_of_token, max_q, max_s)
+        uniform = n == b * max_q
+        return cls(slot_mapping, key_slots, key_valid, query_rows, seq_of_token, max_q, max_s, uniform)
 
     def to_padded(self, x: torch.Tensor) -> torch.Tensor:
         """[N, ...] flat rows -> [B, T, ...] padded query layout (padding rows are zero)."""
         b = self.key_slots.shape[0]
+        if self.uniform:
+            return x.view(b, self.max_query_len, *x.shape[1:])
         out = x.new_zeros((b * self.max_query_len, *x.shape[1:]))
         out[self.query_rows] = x
         return out.view(b, self.max_query_len, *x.shape[1:])
 
     def from_padded(self, x: torch.Tensor) -> torch.Tensor:
         """[B, T, ...] -> [N, ...]"""
+        if self.uniform:
+            return x.reshape(-1, *x.shape[2:])
         return x.reshape(-1, *x.shape[2:])[self.query_rows]

@@ -122,6 +122,7 @@ def load_model(
     if "lm_head.weight" not in state:  # tie_word_embeddings (checked in _plan)
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
     model.load_state_dict(state, strict=True, assign=True)
+    model.fuse_weights()
     return model.eval()
 
 

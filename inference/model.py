@@ -22,7 +22,7 @@ from inference.kv_cache import PagedKVCache
 from inference.layers.decoder import DecoderLayer
 from inference.layers.mtp import MTPLayer
 from inference.layers.norm import RMSNorm
-from inference.layers.rope import rope_cos_sin
+from inference.layers.rope import RopeTables
 
 
 @dataclass
@@ -59,23 +59,30 @@ class Glm5ForCausalLM(nn.Module):
     def device(self) -> torch.device:
         return self.lm_head.weight.device
 
-    def _prepare(self, batch: ForwardBatch, cache: PagedKVCache) -> tuple[AttentionMetadata, torch.Tensor, torch.Tensor]:
-        meta = AttentionMetadata.from_batch(batch, cache.page_size)
-        cos, sin = rope_cos_sin(batch.positions, self.config.qk_rope_head_dim, self.config.rope_theta, self.dtype)
-        return meta, cos, sin
+    def fuse_weights(self) -> None:
+        """Merge linears that share an input into one GEMM each (views, no extra memory); the
+        loader calls this once the weights are in place."""
+        for module in self.modules():
+            if module is not self and hasattr(module, "fuse"):
+                module.fuse()
 
-    def _run_layer(self, layer: DecoderLayer, h, cos, sin, meta, cache: PagedKVCache, selection):
+    def _prepare(self, batch: ForwardBatch, cache: PagedKVCache) -> tuple[AttentionMetadata, RopeTables]:
+        meta = AttentionMetadata.from_batch(batch, cache.page_size)
+        rope = RopeTables.build(batch.positions, self.config.qk_rope_head_dim, self.config.rope_theta, self.dtype)
+        return meta, rope
+
+    def _run_layer(self, layer: DecoderLayer, h, rope, meta, cache: PagedKVCache, selection):
         i = layer.layer
         indexer_cache = cache.indexer_flat(i) if i in cache.indexer else None
-        return layer(h, cos, sin, meta, cache.latent_flat(i), indexer_cache, selection, self.attention_mode)
+        return layer(h, rope, meta, cache.latent_flat(i), indexer_cache, selection, self.attention_mode)
 
     @torch.inference_mode()
     def forward_batch(self, batch: ForwardBatch, cache: PagedKVCache, return_all_hidden: bool = False) -> ModelOutput:
-        meta, cos, sin = self._prepare(batch, cache)
+        meta, rope = self._prepare(batch, cache)
         h = self.model.embed_tokens(batch.input_ids)
         selection = None
         for layer in self.model.layers[: self.config.num_hidden_layers]:
-            h, selection = self._run_layer(layer, h, cos, sin, meta, cache, selection)
+            h, selection = self._run_layer(layer, h, rope, meta, cache, selection)
         h = self.model.norm(h)
         picked = h[batch.logits_indices]
         return ModelOutput(picked, self.lm_head(picked), h if return_all_hidden else None)
@@ -93,10 +100,10 @@ class Glm5ForCausalLM(nn.Module):
             raise ValueError(
                 f"prev_hidden: shape {tuple(prev_hidden.shape)}, expected ({batch.num_tokens}, {self.config.hidden_size})"
             )
-        meta, cos, sin = self._prepare(batch, cache)
+        meta, rope = self._prepare(batch, cache)
         mtp: MTPLayer = self.model.layers[self.config.num_hidden_layers]
         u = mtp.combine(self.model.embed_tokens(batch.input_ids), prev_hidden.to(self.dtype))
-        z, _ = self._run_layer(mtp, u, cos, sin, meta, cache, None)
+        z, _ = self._run_layer(mtp, u, rope, meta, cache, None)
         picked = z[batch.logits_indices]
         logits = self.lm_head(mtp.shared_head.norm(picked))
         return ModelOutput(picked, logits, z if return_all_hidden else None)

@@ -11,6 +11,7 @@ from inference.layers.mla import MLAttention
 from inference.layers.mlp import SwiGLU
 from inference.layers.moe import MoE
 from inference.layers.norm import RMSNorm
+from inference.layers.rope import RopeTables
 
 
 class DecoderLayer(nn.Module):
@@ -25,8 +26,7 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         h: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        rope: RopeTables,
         meta: AttentionMetadata,
         latent_cache: torch.Tensor,
         indexer_cache: torch.Tensor | None,
@@ -34,7 +34,7 @@ class DecoderLayer(nn.Module):
         mode: str = "auto",
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attn, selection = self.self_attn(
-            self.input_layernorm(h), cos, sin, meta, latent_cache, indexer_cache, shared_selection, mode
+            self.input_layernorm(h), rope, meta, latent_cache, indexer_cache, shared_selection, mode
         )
         h = h + attn
         return h + self.mlp(self.post_attention_layernorm(h)), selection

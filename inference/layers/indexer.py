@@ -15,7 +15,7 @@ from torch import nn
 
 from inference.config import ModelConfig
 from inference.forward_batch import AttentionMetadata
-from inference.layers.rope import apply_rope
+from inference.layers.rope import RopeTables, deinterleave_rope_rows
 
 
 class Indexer(nn.Module):
@@ -30,36 +30,50 @@ class Indexer(nn.Module):
         self.k_norm = nn.LayerNorm(self.head_dim, eps=1e-6)
         # transformers keeps weights_proj in fp32 (`_keep_in_fp32_modules`); the loader does too.
         self.weights_proj = nn.Linear(config.hidden_size, self.n_heads, bias=False)
+        self.rope_deinterleaved = False
 
-    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        return torch.cat([apply_rope(x[..., : self.rope_dim], cos, sin), x[..., self.rope_dim :]], dim=-1)
+    def deinterleave_rope_rows(self) -> None:
+        if not self.rope_deinterleaved:
+            deinterleave_rope_rows(self.wq_b.weight, self.head_dim, 0, self.rope_dim)
+            deinterleave_rope_rows(self.wk.weight, self.head_dim, 0, self.rope_dim)
+            # k_norm acts per channel after wk, so its affine parameters follow the channels.
+            deinterleave_rope_rows(self.k_norm.weight, self.head_dim, 0, self.rope_dim)
+            deinterleave_rope_rows(self.k_norm.bias, self.head_dim, 0, self.rope_dim)
+            self.rope_deinterleaved = True
+
+    def _rotate(self, x: torch.Tensor, rope: RopeTables) -> torch.Tensor:
+        rotated = rope.apply(x[..., : self.rope_dim], self.rope_deinterleaved)
+        return torch.cat([rotated, x[..., self.rope_dim :]], dim=-1)
 
     def forward(
         self,
         x: torch.Tensor,
         q_latent: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        rope: RopeTables,
         meta: AttentionMetadata,
         key_cache: torch.Tensor,
+        k_proj: torch.Tensor | None = None,
+        head_weights: torch.Tensor | None = None,
     ) -> torch.Tensor | None:
         """Write this step's keys into key_cache [slots, head_dim]; return the selection.
 
-        Returns a bool mask [B, T, S] of selected keys, or None when no row can see more than
-        `index_topk` keys (then the selection is every visible key, i.e. plain causal attention).
+        k_proj = wk(x) and head_weights = weights_proj(x) may come precomputed from the attention's
+        fused input projection. Returns a bool mask [B, T, S] of selected keys, or None when no
+        row can see more than `index_topk` keys (then every visible key is selected).
         """
-        k = self._rotate(self.k_norm(self.wk(x)), cos, sin)
-        key_cache[meta.slot_mapping] = k.to(key_cache.dtype)
+        k_proj = self.wk(x) if k_proj is None else k_proj
+        key_cache[meta.slot_mapping] = self._rotate(self.k_norm(k_proj), rope).to(key_cache.dtype)
         if meta.max_seq_len <= self.topk:
             return None
 
         n = x.shape[0]
-        q = self._rotate(self.wq_b(q_latent).view(n, self.n_heads, self.head_dim), cos, sin)
+        q = self._rotate(self.wq_b(q_latent).view(n, self.n_heads, self.head_dim), rope)
         q = meta.to_padded(q).float()  # [B, T, H, D]
         keys = key_cache[meta.key_slots].float()  # [B, S, D]
         scores = F.relu(torch.matmul(q, keys.transpose(1, 2).unsqueeze(1)) * self.head_dim**-0.5)  # [B,T,H,S]
-        w = self.weights_proj(x.to(self.weights_proj.weight.dtype)).float() * self.n_heads**-0.5
-        w = meta.to_padded(w)  # [B, T, H]
+        if head_weights is None:
+            head_weights = self.weights_proj(x.to(self.weights_proj.weight.dtype))
+        w = meta.to_padded(head_weights.float() * self.n_heads**-0.5)  # [B, T, H]
         logits = torch.matmul(w.unsqueeze(-2), scores).squeeze(-2)  # [B, T, S]
         logits = logits.masked_fill(~meta.key_valid, float("-inf"))
         top = stable_topk(logits, self.topk)

@@ -12,13 +12,15 @@ Two mathematically equal ways to attend over that cache:
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from inference.config import ModelConfig
 from inference.forward_batch import AttentionMetadata
+from inference.layers.fusion import fuse_linears
 from inference.layers.indexer import Indexer
 from inference.layers.norm import RMSNorm
-from inference.layers.rope import apply_rope
+from inference.layers.rope import RopeTables, deinterleave_rope_rows
 
 # Batches whose longest per-sequence chunk is at most this many tokens use the absorbed form
 # (decode, MTP verification); longer chunks use the expanded form.
@@ -43,12 +45,40 @@ class MLAttention(nn.Module):
         self.kv_b_proj = nn.Linear(self.rank, self.n_heads * (self.nope + self.v_dim), bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.v_dim, h, bias=False)
         self.indexer = Indexer(config) if has_indexer else None
+        self.in_proj: torch.Tensor | None = None
+        self.in_split: list[int] = []
+        self.rope_deinterleaved = False
+
+    def fuse(self) -> None:
+        """Prepare loaded weights for inference (once): permute the rope rows so RoPE is the cheap
+        half-split form (rope.py), and run every projection of the layer input as one GEMM
+        (q_a, kv_a and the indexer's wk and, when it shares the dtype, weights_proj)."""
+        if self.rope_deinterleaved:
+            return
+        deinterleave_rope_rows(self.q_b_proj.weight, self.nope + self.rope, self.nope, self.rope)
+        deinterleave_rope_rows(self.kv_a_proj_with_mqa.weight, self.rank + self.rope, self.rank, self.rope)
+        self.rope_deinterleaved = True
+        if self.indexer is not None:
+            self.indexer.deinterleave_rope_rows()
+        linears = [self.q_a_proj, self.kv_a_proj_with_mqa]
+        if self.indexer is not None:
+            linears.append(self.indexer.wk)
+            if self.indexer.weights_proj.weight.dtype == self.q_a_proj.weight.dtype:
+                linears.append(self.indexer.weights_proj)
+        self.in_split = [lin.weight.shape[0] for lin in linears]
+        self.in_proj = fuse_linears(linears)
+
+    def _project_input(self, x: torch.Tensor):
+        if self.in_proj is None:
+            parts = [self.q_a_proj(x), self.kv_a_proj_with_mqa(x)]
+        else:
+            parts = list(F.linear(x, self.in_proj).split(self.in_split, dim=-1))
+        return parts + [None] * (4 - len(parts))
 
     def forward(
         self,
         x: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        rope: RopeTables,
         meta: AttentionMetadata,
         latent_cache: torch.Tensor,
         indexer_cache: torch.Tensor | None,
@@ -57,37 +87,39 @@ class MLAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x [N, hidden] -> (out [N, hidden], the selection mask this layer used)."""
         n = x.shape[0]
-        q_latent = self.q_a_layernorm(self.q_a_proj(x))
+        q_a, kv_a, index_k, index_w = self._project_input(x)
+        q_latent = self.q_a_layernorm(q_a)
         q = self.q_b_proj(q_latent).view(n, self.n_heads, self.nope + self.rope)
         q_nope, q_pe = q.split([self.nope, self.rope], dim=-1)
-        q_pe = apply_rope(q_pe, cos, sin)
-        c, k_pe = self.kv_a_proj_with_mqa(x).split([self.rank, self.rope], dim=-1)
-        row = torch.cat([self.kv_a_layernorm(c), apply_rope(k_pe, cos, sin)], dim=-1)
+        q_pe = rope.apply(q_pe, self.rope_deinterleaved)
+        c, k_pe = kv_a.split([self.rank, self.rope], dim=-1)
+        row = torch.cat([self.kv_a_layernorm(c), rope.apply(k_pe, self.rope_deinterleaved)], dim=-1)
         latent_cache[meta.slot_mapping] = row.to(latent_cache.dtype)
 
         if self.indexer is not None:
-            selection = self.indexer(x, q_latent, cos, sin, meta, indexer_cache)
+            selection = self.indexer(x, q_latent, rope, meta, indexer_cache, index_k, index_w)
         else:
             selection = shared_selection
-        visible = meta.key_valid if selection is None else selection
+        hidden = ~(meta.key_valid if selection is None else selection)
         keys = latent_cache[meta.key_slots].to(x.dtype)  # [B, S, rank + rope]
 
         if mode == "auto":
             mode = "absorbed" if meta.max_query_len <= ABSORB_MAX_QUERY_LEN else "expanded"
         if mode == "absorbed":
-            out = self._absorbed(q_nope, q_pe, keys, visible, meta)
+            out = self._absorbed(q_nope, q_pe, keys, hidden, meta)
         elif mode == "expanded":
-            out = self._expanded(q_nope, q_pe, keys, visible, meta)
+            out = self._expanded(q_nope, q_pe, keys, hidden, meta)
         else:
             raise ValueError(f"attention mode={mode!r}: expected 'auto', 'absorbed' or 'expanded'")
-        return self.o_proj(out.reshape(n, self.n_heads * self.v_dim)), selection
+        return self.o_proj(out), selection
 
-    def _softmax(self, scores: torch.Tensor, visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        # scores [B, H, T, S]; visible [B, T, S]; softmax in fp32 like every reference.
-        scores = scores.masked_fill(~visible.unsqueeze(1), float("-inf"))
-        return torch.softmax(scores.float(), dim=-1).to(dtype)
+    def _softmax(self, scores: torch.Tensor, hidden: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        # scores [B, H, T, S]; hidden [B, T, S] marks keys this query may not see; fp32 softmax
+        # like every reference.
+        scores = scores.masked_fill(hidden.unsqueeze(1), float("-inf"))
+        return torch.softmax(scores, dim=-1, dtype=torch.float32).to(dtype)
 
-    def _expanded(self, q_nope, q_pe, keys, visible, meta: AttentionMetadata) -> torch.Tensor:
+    def _expanded(self, q_nope, q_pe, keys, hidden, meta: AttentionMetadata) -> torch.Tensor:
         b, s = keys.shape[:2]
         c, k_pe = keys.split([self.rank, self.rope], dim=-1)
         kv = self.kv_b_proj(c).view(b, s, self.n_heads, self.nope + self.v_dim)
@@ -95,17 +127,16 @@ class MLAttention(nn.Module):
         k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(b, s, self.n_heads, self.rope)], dim=-1)
         q = meta.to_padded(torch.cat([q_nope, q_pe], dim=-1)).transpose(1, 2)  # [B, H, T, D]
         scores = torch.matmul(q, k.permute(0, 2, 3, 1)) * self.scale  # [B, H, T, S]
-        probs = self._softmax(scores, visible, q.dtype)
-        out = torch.matmul(probs, v.transpose(1, 2))  # [B, H, T, v_dim]
-        return meta.from_padded(out.transpose(1, 2))
+        out = torch.matmul(self._softmax(scores, hidden, q.dtype), v.transpose(1, 2))  # [B, H, T, v]
+        return meta.from_padded(out.transpose(1, 2)).reshape(-1, self.n_heads * self.v_dim)
 
-    def _absorbed(self, q_nope, q_pe, keys, visible, meta: AttentionMetadata) -> torch.Tensor:
+    def _absorbed(self, q_nope, q_pe, keys, hidden, meta: AttentionMetadata) -> torch.Tensor:
         w = self.kv_b_proj.weight.view(self.n_heads, self.nope + self.v_dim, self.rank)
-        w_uk, w_uv = w[:, : self.nope], w[:, self.nope :]
-        q_lat = torch.einsum("nhd,hdc->nhc", q_nope, w_uk)  # [N, H, rank]
-        q = meta.to_padded(torch.cat([q_lat, q_pe], dim=-1)).transpose(1, 2)  # [B, H, T, rank + rope]
+        q_lat = torch.bmm(q_nope.transpose(0, 1), w[:, : self.nope])  # [H, N, rank]
+        q = torch.cat([q_lat.transpose(0, 1), q_pe], dim=-1)  # [N, H, rank + rope]
+        q = meta.to_padded(q).transpose(1, 2)  # [B, H, T, rank + rope]
         scores = torch.matmul(q, keys.transpose(1, 2).unsqueeze(1)) * self.scale  # [B, H, T, S]
-        probs = self._softmax(scores, visible, q.dtype)
-        out_lat = torch.matmul(probs, keys[..., : self.rank].unsqueeze(1))  # [B, H, T, rank]
+        out_lat = torch.matmul(self._softmax(scores, hidden, q.dtype), keys[..., : self.rank].unsqueeze(1))
         out_lat = meta.from_padded(out_lat.transpose(1, 2))  # [N, H, rank]
-        return torch.einsum("nhc,hvc->nhv", out_lat, w_uv)
+        out = torch.bmm(out_lat.transpose(0, 1), w[:, self.nope :].transpose(1, 2))  # [H, N, v]
+        return out.transpose(0, 1).reshape(-1, self.n_heads * self.v_dim)

@@ -1,29 +1,67 @@
 """Interleaved (GPT-J pair) rotary embedding, shared by MLA and the DSA indexer.
 
-Pairs (x0, x1), (x2, x3), ... are rotated by frequency j = pair index. The rotated values are
-written in transformers' layout: all even-pair outputs first, then all odd-pair outputs
-(`[x0', x2', ..., x1', x3', ...]`). That is a fixed permutation of vLLM's in-place layout, applied
-identically to queries and keys, so every dot product is unchanged; we keep it because it makes our
-cached rope keys byte-comparable with transformers' cache (checked in the parity tests).
+Pairs (x0, x1), (x2, x3), ... are rotated by frequency j = pair index, theta_j = theta^(-2j/d).
+The rotated values are produced in transformers' layout: all even-pair outputs first, then all
+odd-pair outputs (`[x0', x2', ..., x1', x3', ...]`). That is a fixed permutation of vLLM's
+in-place layout, applied identically to queries and keys, so every dot product is unchanged; we
+keep it because our cached rope keys are then byte-comparable with transformers' cache (checked
+in the parity tests).
+
+Two ways to get there:
+- `interleaved`: rotate the checkpoint's interleaved pairs directly (weights as on disk);
+- `halves`: after `deinterleave_rope_rows` permuted the projection rows that produce the rope
+  slice, the projection already emits [evens | odds] and the rotation is the cheap half-split
+  form x * cos + roll(x, d/2) * sin. The loader does this once; the result is identical.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 
-def rope_cos_sin(
-    positions: torch.Tensor, rope_dim: int, theta: float, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin of shape [N, rope_dim // 2] for absolute positions [N] (angles computed in fp32)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, rope_dim, 2, dtype=torch.float, device=positions.device) / rope_dim))
-    angles = positions.float().unsqueeze(-1) * inv_freq
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+@dataclass
+class RopeTables:
+    """cos / signed sin of every new token of a step: [N, d] as [c | c] and [-s | s]."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    @classmethod
+    def build(cls, positions: torch.Tensor, rope_dim: int, theta: float, dtype: torch.dtype) -> RopeTables:
+        inv_freq = 1.0 / (theta ** (torch.arange(0, rope_dim, 2, dtype=torch.float, device=positions.device) / rope_dim))
+        angles = positions.float().unsqueeze(-1) * inv_freq
+        cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)  # rounded like transformers
+        return cls(torch.cat([cos, cos], -1), torch.cat([-sin, sin], -1))
+
+    def _shaped(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if x.dim() == 2:
+            return self.cos, self.sin
+        shape = (self.cos.shape[0],) + (1,) * (x.dim() - 2) + (self.cos.shape[1],)
+        return self.cos.view(shape), self.sin.view(shape)
+
+    def halves(self, x: torch.Tensor) -> torch.Tensor:
+        """x [N, ..., d] already in [evens | odds] order."""
+        cos, sin = self._shaped(x)
+        return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * sin
+
+    def interleaved(self, x: torch.Tensor) -> torch.Tensor:
+        """x [N, ..., d] in the checkpoint's interleaved order."""
+        cos, sin = self._shaped(x)
+        half = x.shape[-1] // 2
+        even, odd = x[..., 0::2], x[..., 1::2]
+        c, s = cos[..., :half], sin[..., half:]
+        return torch.cat([even * c - odd * s, odd * c + even * s], dim=-1)
+
+    def apply(self, x: torch.Tensor, deinterleaved: bool) -> torch.Tensor:
+        return self.halves(x) if deinterleaved else self.interleaved(x)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x [N, ..., rope_dim]; cos/sin [N, rope_dim // 2] broadcast over the middle dims."""
-    shape = (cos.shape[0],) + (1,) * (x.dim() - 2) + (cos.shape[1],)
-    cos, sin = cos.view(shape), sin.view(shape)
-    even, odd = x[..., 0::2], x[..., 1::2]
-    return torch.cat([even * cos - odd * sin, odd * cos + even * sin], dim=-1)
+def deinterleave_rope_rows(weight: torch.Tensor, group: int, start: int, rope_dim: int) -> None:
+    """In place: within every `group` rows (or entries of a vector), reorder rows start..start+rope_dim
+    from (0,1,2,3,...) to (0,2,...,1,3,...), so the projection emits the rope slice as [evens | odds]."""
+    perm = torch.cat([torch.arange(0, rope_dim, 2), torch.arange(1, rope_dim, 2)]).to(weight.device)
+    cols = weight.shape[-1] if weight.dim() == 2 else 1  # 1-D: a per-channel vector (LayerNorm weight/bias)
+    rows = weight.data.view(-1, group, cols)[:, start : start + rope_dim]
+    rows.copy_(rows[:, perm].clone())

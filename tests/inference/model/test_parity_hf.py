@@ -126,3 +126,17 @@ def test_cached_rope_keys_use_transformers_layout(hf_checkpoint):
         assert torch.allclose(row[:, rank:], hf_cache.layers[layer].values[0, 0], atol=1e-5)
         if layer in cache.indexer:
             assert torch.allclose(cache.indexer[layer][0], hf_cache.layers[layer].indexer_keys[0], atol=1e-5)
+
+
+def test_unprepared_model_matches_too(hf_checkpoint):
+    """A model built directly from a state dict (no loader, so no rope-row permutation or fused
+    GEMMs) runs the interleaved-RoPE path and must agree as well."""
+    from inference.config import ModelConfig
+    from inference.model import Glm5ForCausalLM
+
+    hf, path = hf_checkpoint(seed=7)
+    model = Glm5ForCausalLM(ModelConfig.from_pretrained(path, latent_norm_eps=HF_LATENT_EPS))
+    model.load_state_dict(hf.state_dict())
+    assert not model.model.layers[0].self_attn.rope_deinterleaved
+    ids = _ids(4, (2, 24))
+    assert (model.eval()(ids) - _hf_logits(hf, ids)).abs().max().item() <= TOL
