@@ -2,6 +2,9 @@
 
 Each line is an assistant message in the OpenAI shape (`content`, `reasoning_content`,
 `tool_calls` with arguments as an object or a JSON string) plus optional keys:
+- `"raw": "<model text>"` — instead of a message: GLM-format output text, run through the real
+  streaming parser (`inference.chat.parser`) like the embedded backend does, so malformed text
+  produces the parser's own format errors;
 - `"format_errors": ["..."]` — replay a malformed reply (what the parser would have reported);
 - `"purpose": "summary"` — the line answers a compaction summary request (a call without tools),
   not an agent step; summary requests with no such line next fail, and compaction falls back to
@@ -22,6 +25,7 @@ from typing import Any
 
 from agent.backends.base import BackendError, BackendInterrupted, BackendResponse, ContextOverflow, OnDelta, Usage
 from inference.chat.messages import Message, ToolSpec
+from inference.chat.parser import parse_completion
 
 CHARS_PER_TOKEN = 4
 
@@ -92,12 +96,18 @@ class ReplayBackend:
             entry = self.steps[self.position]
             self.position += 1
             self.prompts.append(list(messages))
-        fields = {k: v for k, v in entry.items() if k not in ("format_errors", "purpose")}
-        fields.setdefault("role", "assistant")
-        try:
-            message = Message.model_validate(fields)
-        except ValueError as exc:
-            raise BackendError(f"{self.path}: step {self.position} is not a valid assistant message: {exc}") from None
+        errors = list(entry.get("format_errors") or [])
+        if "raw" in entry:
+            parsed = parse_completion(str(entry["raw"]), tools, start_in_reasoning=bool(entry.get("in_reasoning")))
+            message = parsed.to_message()
+            errors += [e.message for e in parsed.errors]
+        else:
+            fields = {k: v for k, v in entry.items() if k not in ("format_errors", "purpose")}
+            fields.setdefault("role", "assistant")
+            try:
+                message = Message.model_validate(fields)
+            except ValueError as exc:
+                raise BackendError(f"{self.path}: step {self.position} is not a valid assistant message: {exc}") from None
         if message.tool_calls:
             for i, call in enumerate(message.tool_calls):
                 if not call.id:
@@ -111,7 +121,7 @@ class ReplayBackend:
         return BackendResponse(
             message=message,
             usage=usage,
-            format_errors=list(entry.get("format_errors") or []),
+            format_errors=errors,
             finish_reason="tool_calls" if message.tool_calls else "stop",
         )
 

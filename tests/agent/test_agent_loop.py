@@ -30,15 +30,16 @@ def tool_messages(result):
 
 
 def test_format_error_is_shown_to_the_model_and_the_run_recovers(tmp_path, tools):
+    # Raw GLM text through the real parser: the tool call is never closed.
     steps = [
-        {"content": "<tool_call>bash<arg_key>command", "format_errors": ["unclosed <tool_call> tag"]},
-        {"tool_calls": [call("bash", command="echo recovered")]},
+        {"raw": "Let me list.<tool_call>bash<arg_key>command</arg_key><arg_value>ls"},
+        {"raw": "Again.<tool_call>bash<arg_key>command</arg_key><arg_value>echo recovered</arg_value></tool_call>"},
         finish(),
     ]
     _, result, events = run_script(tmp_path, tools, steps)
     assert result.reason == "submitted" and result.steps == 3
     feedback = result.messages[3]
-    assert feedback.role == "user" and "unclosed <tool_call> tag" in feedback.content
+    assert feedback.role == "user" and feedback.content.startswith("Format error") and "tool_call" in feedback.content
     assert any(isinstance(e, ErrorEvent) and e.kind == "format_error" for e in events)
     assert "recovered" in tool_messages(result)[0].content
 
