@@ -62,7 +62,8 @@ class Sandbox:
         sandbox = cls(config, client, container)
         try:
             container.start()
-            sandbox._shell = PersistentShell(sandbox._spawn_shell, start_timeout=config.start_timeout)
+            sandbox._shell = PersistentShell(sandbox._spawn_shell, start_timeout=config.start_timeout,
+                                             put_file=sandbox._put_shell_file)
         except TimeoutError as exc:
             sandbox.close()
             raise SandboxTimeout(f"sandbox from {config.image} did not start within {config.start_timeout:.0f}s: {exc}") from exc
@@ -84,6 +85,9 @@ class Sandbox:
     def _spawn_shell(self) -> AttachedProcess:
         return AttachedProcess(self._client, self.container_id, SHELL_ARGV, user=self.config.user,
                                workdir=self.config.workdir)
+
+    def _put_shell_file(self, path: str, data: bytes) -> None:
+        files.put_bytes(self._files, path, data, *self._owner(), mode=0o600)
 
     def __enter__(self) -> Sandbox:
         return self

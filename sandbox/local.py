@@ -44,7 +44,7 @@ class LocalSandbox:
         self._closed = False
         try:
             self._shell = PersistentShell(self._spawn_shell, start_timeout=self.config.start_timeout,
-                                          spool_dir=str(self.root / "spool"))
+                                          spool_dir=str(self.root / "spool"), put_file=_put_file)
         except (TimeoutError, ShellDied) as exc:
             shutil.rmtree(self.root, ignore_errors=True)
             raise SandboxTimeout(f"local shell did not start: {exc}") from exc
@@ -171,6 +171,10 @@ def _copy(src: Path, dest: Path) -> Path:
     else:
         shutil.copy2(src, final)
     return final
+
+
+def _put_file(path: str, data: bytes) -> None:
+    Path(path).write_bytes(data)
 
 
 def _kill_group(pid: int) -> None:

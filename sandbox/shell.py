@@ -13,7 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sandbox.attached import AttachedProcess, StreamClosed
-from sandbox.shell_protocol import REAPER_PRELUDE, SHELL_PRELUDE, SPOOL_DIR, bash_quote, command_line, reap_line
+from sandbox.shell_protocol import (
+    INLINE_COMMAND_LIMIT,
+    REAPER_PRELUDE,
+    SHELL_PRELUDE,
+    SPOOL_DIR,
+    bash_quote,
+    command_file,
+    command_line,
+    reap_line,
+)
 
 SHELL_ARGV = ["bash", "--noprofile", "--norc"]
 _ABORT_ROUNDS = 3  # USR1 + kill rounds before the shell is declared stuck and replaced
@@ -41,9 +50,12 @@ class RawResult:
 
 
 class PersistentShell:
-    def __init__(self, spawn: Callable[[], AttachedProcess], *, start_timeout: float, spool_dir: str = SPOOL_DIR):
-        """`spawn` starts a bash reading stdin: a `docker exec` for containers, a subprocess locally."""
+    def __init__(self, spawn: Callable[[], AttachedProcess], *, start_timeout: float, spool_dir: str = SPOOL_DIR,
+                 put_file: Callable[[str, bytes], None]):
+        """`spawn` starts a bash reading stdin: a `docker exec` for containers, a subprocess locally.
+        `put_file(path, data)` writes a file where the shell can read it (for long commands)."""
         self._spawn_process = spawn
+        self._put_file = put_file
         self._start_timeout = start_timeout
         self._spool_dir = spool_dir
         self.shell: AttachedProcess | None = None
@@ -85,7 +97,12 @@ class PersistentShell:
         token = secrets.token_hex(8)
         shell = self.shell
         shell.stdout.clear()
-        shell.send(command_line(token, command, stdin_path, head, tail, self._spool_dir))
+        encoded = command.encode("utf-8", "surrogateescape")
+        if len(encoded) > INLINE_COMMAND_LIMIT:
+            self._put_file(command_file(token, self._spool_dir), encoded)
+            shell.send(command_line(token, None, stdin_path, head, tail, self._spool_dir))
+        else:
+            shell.send(command_line(token, command, stdin_path, head, tail, self._spool_dir))
         deadline = time.monotonic() + timeout
         result = self._collect(token, deadline, head + tail)
         if result is not None:

@@ -146,12 +146,29 @@ def bash_quote(text: str) -> str:
     return "$'" + "".join(out) + "'"
 
 
-def command_line(token: str, command: str, stdin_path: str, head: int, tail: int, spool_dir: str = SPOOL_DIR) -> bytes:
-    """The line the shell reads for one command; $? after __hz_run is the command's status."""
+# bash reads a pipe one byte at a time, so long commands travel as a file instead.
+INLINE_COMMAND_LIMIT = 8192
+
+
+def command_file(token: str, spool_dir: str = SPOOL_DIR) -> str:
+    return f"{spool_dir}/cmd-{token}"
+
+
+def command_line(token: str, command: str | None, stdin_path: str, head: int, tail: int,
+                 spool_dir: str = SPOOL_DIR) -> bytes:
+    """The line the shell reads for one command; $? after __hz_run is the command's status.
+
+    `command` None means the command text was written to command_file(token) beforehand.
+    """
     spool = bash_quote(f"{spool_dir}/out-{token}")
+    if command is None:
+        path = bash_quote(command_file(token, spool_dir))
+        load = f"IFS= builtin read -r -d '' __hz_cmd < {path}; command rm -f -- {path}"
+    else:
+        load = f"__hz_cmd={bash_quote(command)}"
     return (
         f"__hz_tok={token}; __hz_spool={spool}; __hz_in={bash_quote(stdin_path)}; "
-        f"__hz_head={head}; __hz_tail={tail}; __hz_cmd={bash_quote(command)}; "
+        f"__hz_head={head}; __hz_tail={tail}; {load}; "
         f"__hz_run; __hz_done $? {token}\n"
     ).encode()
 

@@ -101,3 +101,11 @@ def test_unprivileged_user(base_image):
         assert sb.exec("stat -c %U /workspace/written.txt").output == "horizon\n"
         assert sb.exec("sleep 50", timeout=1).timed_out
         assert sb.exec("echo back").output == "back\n"
+
+
+def test_long_commands_travel_intact(shared_sandbox):
+    body = "".join(f"line {i} with 'quotes', \"double\", $HOME and \\ backslash\n" for i in range(5000))
+    r = shared_sandbox.exec(f"cat > /tmp/long.txt <<'EOF'\n{body}EOF\nexport LONG_SET=1; wc -c < /tmp/long.txt")
+    assert r.exit_code == 0 and int(r.output) == len(body.encode())
+    assert shared_sandbox.read_file("/tmp/long.txt").decode() == body
+    assert shared_sandbox.exec("echo $LONG_SET").output == "1\n"  # ran in the persistent shell
