@@ -233,7 +233,9 @@ def execute(plan: RunPlan, *, json_events: bool = False, patch_out: str | None =
     _write_patch(patch, patch_out)
     if not json_events:
         changed = sum(1 for line in patch.splitlines() if line.startswith("diff --git"))
-        print(f"{result.reason}: {result.summary}".rstrip(": "), file=sys.stderr)
+        if patch_out != "-":  # the final message goes to stdout, progress to stderr
+            print(result.summary)
+        print(f"finished: {result.reason}", file=sys.stderr)
         print(f"steps {result.steps}, tokens {result.usage.prompt_tokens} prompt "
               f"({result.usage.cached_tokens} cached) + {result.usage.completion_tokens} completion, "
               f"{changed} file(s) changed", file=sys.stderr)

@@ -20,16 +20,22 @@ from agent_testkit import call, write_replay
 HORIZON = str(Path(sys.executable).with_name("horizon"))
 
 
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "agent-demo"
+
+
+def commit_all(repo: Path) -> None:
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    subprocess.run(git + ["add", "-A"], cwd=repo, check=True)
+    subprocess.run(git + ["commit", "-qm", "init"], cwd=repo, check=True)
+
+
 def make_repo(root: Path) -> Path:
     repo = root / "repo"
     repo.mkdir()
     (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
     (repo / "test_calc.py").write_text("from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n")
-    (repo / "AGENTS.md").write_text("Run the tests with `python3 -m pytest -q`.\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    subprocess.run(git + ["add", "-A"], cwd=repo, check=True)
-    subprocess.run(git + ["commit", "-qm", "init"], cwd=repo, check=True)
+    commit_all(repo)
     return repo
 
 
@@ -42,26 +48,26 @@ FIX = call("str_replace", path="calc.py", old_str="return a - b", new_str="retur
 
 
 def test_replayed_agent_fixes_a_failing_test_and_the_patch_applies(tmp_path, docker_client, capsys):
-    repo = make_repo(tmp_path)
-    script = write_replay(tmp_path / "script.jsonl", [
-        {"content": "First, run the tests.", "tool_calls": [call("bash", command="python3 -m pytest -q 2>&1 | tail -3")]},
-        {"tool_calls": [call("search", pattern="def add"), call("view", path="calc.py")]},
-        {"tool_calls": [FIX]},
-        {"tool_calls": [call("bash", command="python3 -m pytest -q")]},
-        {"tool_calls": [call("finish", summary="add() subtracted; now it adds")]},
-    ])
+    """The shipped demo (examples/agent-demo) as a git repository."""
+    repo = tmp_path / "repo"
+    shutil.copytree(DEMO / "repo", repo)
+    commit_all(repo)
     patch, trajectory = tmp_path / "fix.patch", tmp_path / "run.jsonl"
-    code = main(["run", "Make the tests pass", "--repo", str(repo), "--model", f"replay:{script}",
+    code = main(["run", "Make the tests pass", "--repo", str(repo), "--model", f"replay:{DEMO / 'fix-add.jsonl'}",
                  "--patch-out", str(patch), "--trajectory", str(trajectory)])
-    assert code == 0, capsys.readouterr().err
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out.strip() == "add() subtracted its arguments; it now adds them, which also fixes mean()."
     assert host_pytest(repo).returncode == 1  # the original is untouched
 
     state = load_trajectory(trajectory)
     assert state.finish_reason == "submitted"
     observations = [m.content for m in state.messages if m.role == "tool"]
-    assert "1 failed" in observations[0] and "calc.py:1: def add(a, b):" in observations[1]
-    assert "1 passed" in observations[4]
-    assert "python3 -m pytest -q" in state.messages[0].content  # AGENTS.md is in the system prompt
+    assert "2 failed" in observations[0]
+    assert observations[1].startswith("calc.py:4-5: function def add(a, b)")
+    assert "calc.py:4: def add(a, b):" in observations[2] and "+    return a + b" in observations[3]
+    assert "2 passed" in observations[4]
+    assert "Keep fixes minimal" in state.messages[0].content  # AGENTS.md is in the system prompt
 
     text = patch.read_text()
     assert "-    return a - b" in text and "+    return a + b" in text and "__pycache__" not in text
