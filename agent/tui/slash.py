@@ -8,6 +8,7 @@ import time
 from typing import get_args
 
 from agent.config import ReasoningEffort
+from agent.context import ContextManager
 from agent.tui import commands
 from agent.tui.approval import EDIT_TOOLS
 from agent.tui.workspace_ops import workspace_diff
@@ -78,16 +79,22 @@ class SlashHandler:
         await self.app.notice(f"approval mode: {arg}")
 
     async def cmd_compact(self, arg: str) -> None:
+        """The agent's own staged compaction, forced: old observations elided and the middle turns
+        summarised by the model, keeping the stable prefix and the recent turns verbatim."""
         agent = self.controller.agent
         before = agent.context.estimate_tokens(agent.messages)
-        # Passing the window as the last context size forces the trigger; the rest is the agent's own
-        # staged compaction (elide old observations, then summarise), so /compact == auto-compaction.
+        # A target of zero makes eliding alone never enough, and the window as the last context size
+        # pulls the trigger; the ContextManager API has no explicit "compact now" yet.
+        forced = ContextManager(agent.context.config.model_copy(update={"compact_target": 0.0}))
+        forced.tokens_per_char = agent.context.tokens_per_char
         window = agent.context.config.context_window
-        compaction = await asyncio.to_thread(agent.context.maybe_compact, agent.messages, window, agent.backend)
+        compaction = await asyncio.to_thread(forced.maybe_compact, agent.messages, window, agent.backend)
         if compaction is None:
-            await self.app.notice("nothing to compact yet: the conversation is only kept prefix and recent turns")
+            await self.app.notice("nothing to compact yet: the conversation is only the kept first and recent turns")
             return
         agent.messages = compaction.messages
+        for error in compaction.errors:  # e.g. the model could not summarise: a fallback summary was used
+            await self.app.notice(f"compaction: {error}", kind="warning")
         compaction.event.tokens_before = before
         compaction.event.step = agent.step
         self.controller.record(compaction.event)

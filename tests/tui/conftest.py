@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,13 @@ def make_app(tmp_path, chat_repo, chat_sandbox, sessions_dir):
         )
 
     return make
+
+
+@pytest.fixture
+def recorded_session(sessions_dir) -> str:
+    """A session recorded from a real run (fix calc.py; see test_snapshots.py), ready to resume."""
+    shutil.copytree(Path(__file__).parent / "fixtures" / "session-fix", sessions_dir / "session-fix")
+    return "session-fix"
 
 
 @pytest.fixture

@@ -157,3 +157,26 @@ async def test_slash_commands_and_completion(make_app):
         await pilot.press(*"/exit", "enter")
         await pilot.pause(0.2)
     assert not app.is_running
+
+
+async def test_compact_sessions_and_resume_commands(make_app, recorded_session):
+    app = make_app([], resume_id=recorded_session)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause(0.2)
+        before = list(app.controller.agent.messages)
+        await pilot.press(*"/compact", "enter")
+        await until(pilot, lambda: "context compacted (summarize)" in screen_text(app), what="/compact")
+        after = app.controller.agent.messages
+        assert after[:3] == before[:3] and after[-1] == before[-1]  # stable prefix and recent turn kept
+        assert len(after) < len(before) and any("summary" in (m.content or "").lower() for m in after)
+        await pilot.press(*"/clear", "enter")
+        await pilot.press(*"/sessions", "enter")
+        await pilot.pause(0.3)
+        assert "session-fix" in screen_text(app) and "fix the add function" in screen_text(app)
+        await pilot.press(*"/resume session-f", "enter")
+        await until(pilot, lambda: app.controller.session.id == "session-fix", what="/resume")
+        # the compaction was saved in the session, so resuming restores the compacted conversation
+        assert [m.model_dump() for m in app.controller.agent.messages] == [m.model_dump() for m in after]
+        await pilot.press(*"/resume nope", "enter")
+        await pilot.pause(0.2)
+        assert "no session matching 'nope'" in screen_text(app)

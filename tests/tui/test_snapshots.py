@@ -7,19 +7,9 @@ tool outputs are the recorded ones, not whatever the agent's prompts produce tod
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
 
 pytestmark = [pytest.mark.docker]
-FIXTURE = Path(__file__).parent / "fixtures" / "session-fix"
-
-
-@pytest.fixture
-def recorded_session(sessions_dir) -> str:
-    shutil.copytree(FIXTURE, sessions_dir / "session-fix")
-    return "session-fix"
 
 
 async def settle(pilot) -> None:
