@@ -119,6 +119,7 @@ class Agent:
         self._format_errors = 0
         self._last_context_tokens = 0
         self._recent_calls: list[tuple[str, str, str]] = []
+        self._deadline: float | None = None
 
     # -- public -------------------------------------------------------------------------------
     def run(self, task: str | None = None) -> RunResult:
@@ -127,6 +128,8 @@ class Agent:
         continue, e.g. after resume)."""
         self._interrupt.clear()
         started = time.monotonic()
+        limit = self.config.time_limit_s
+        self._deadline = started + limit if limit is not None else None
         step_base, token_base = (0, 0) if self._counts_from_zero else (self.step, self.usage.total_tokens)
         self._counts_from_zero = False
         if not self.messages:
@@ -283,12 +286,16 @@ class Agent:
         if not decision.approved:
             result = ToolResult(output=f"denied: {decision.reason}", is_error=True)
         else:
+            # A tool may not outlive the run's time limit (evals budget wall-clock time per task).
+            left = None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
             try:
                 result = run_with_deadline(
-                    lambda: self.tools.call(call.name, call.arguments, cancel=self._interrupt), None, self._interrupt
+                    lambda: self.tools.call(call.name, call.arguments, cancel=self._interrupt), left, self._interrupt
                 )
             except InterruptedError:
                 result = ToolResult(output="interrupted by the user", is_error=True)
+            except TimeoutError:
+                result = ToolResult(output="stopped: the run's time limit was reached", is_error=True)
         self._emit(
             ToolOutput(
                 step=self.step,

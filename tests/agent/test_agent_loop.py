@@ -167,3 +167,10 @@ def test_a_restored_agent_continues_the_conversation(tmp_path, tools):
                    usage=first.usage).run()
     assert second.reason == "submitted" and second.summary == "resumed fine" and second.steps == 3
     assert second.messages[: len(first.messages)] == first.messages
+
+
+def test_a_tool_cannot_outlive_the_time_limit(tmp_path, tools):
+    steps = [{"tool_calls": [call("bash", command="sleep 30", timeout=4)]}, finish()]
+    _, result, _ = run_script(tmp_path, tools, steps, AgentConfig(time_limit_s=1))
+    assert result.reason == "time_limit"
+    assert tool_messages(result)[0].content == "stopped: the run's time limit was reached"
