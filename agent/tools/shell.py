@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import shlex
+import uuid
 
 from pydantic import BaseModel, Field
 
@@ -59,6 +60,10 @@ class BashTool(Tool):
     Args = BashArgs
     manages_timeout = True
 
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self._run_tag = uuid.uuid4().hex[:8]  # a LocalSandbox shares the host's /tmp between runs
+
     def run(self, args: BashArgs) -> ToolResult:
         limits = self.ctx.limits
         timeout = min(args.timeout or limits.bash_timeout_s, limits.max_bash_timeout_s)
@@ -90,7 +95,7 @@ class BashTool(Tool):
 
     def _save_full_output(self, output: str) -> str | None:
         folder = self.ctx.limits.full_output_dir
-        path = f"{folder}/bash-{next(_counter):04d}.txt"
+        path = f"{folder}/bash-{self._run_tag}-{next(_counter):04d}.txt"
         try:
             self.ctx.sandbox.write_file(path, output)
         except Exception:  # saving is a convenience; the truncated answer still goes back
