@@ -37,6 +37,13 @@ def read_text(ctx: ToolContext, path: str) -> str:
         raise ValueError(f"{path} is not UTF-8 text ({exc})") from None
 
 
+def write_keeping_mode(ctx: ToolContext, path: str, text: str) -> None:
+    """Rewrite an existing file without losing its permissions (an edited script stays executable)."""
+    result = ctx.run_once(f"stat -c %a {shlex.quote(ctx.shell_path(path))}", timeout=30)
+    mode = result.output.strip()
+    ctx.sandbox.write_file(path, text, mode=int(mode, 8) if result.exit_code == 0 and mode.isdigit() else 0o644)
+
+
 def numbered(lines: list[str], first: int) -> str:
     out = []
     for n, line in enumerate(lines, first):
@@ -113,8 +120,11 @@ class CreateTool(Tool):
         kind, _ = file_kind(self.ctx, path)
         if kind == "DIR":
             return _error(f"{path} is a directory")
-        self.ctx.run_once(f"mkdir -p {shlex.quote(self.ctx.shell_path(posixpath.dirname(path)))}", timeout=30)
-        self.ctx.sandbox.write_file(path, args.file_text)
+        if kind == "FILE":
+            write_keeping_mode(self.ctx, path, args.file_text)
+        else:
+            self.ctx.run_once(f"mkdir -p {shlex.quote(self.ctx.shell_path(posixpath.dirname(path)))}", timeout=30)
+            self.ctx.sandbox.write_file(path, args.file_text)
         n = len(args.file_text.splitlines())
         return ToolResult(output=f"{'overwrote' if kind == 'FILE' else 'created'} {path} ({n} lines)")
 
@@ -158,7 +168,7 @@ class StrReplaceTool(Tool):
                 "include more surrounding lines so it matches exactly once. Nothing changed."
             )
         after = text.replace(args.old_str, args.new_str, 1)
-        self.ctx.sandbox.write_file(path, after)
+        write_keeping_mode(self.ctx, path, after)
         return ToolResult(output=f"edited {path}:\n{unified_diff(path, text, after)}")
 
 
@@ -197,5 +207,5 @@ class InsertTool(Tool):
             lines[-1] += "\n"
         new = args.text if args.text.endswith("\n") else args.text + "\n"
         after = "".join(lines[: args.insert_line]) + new + "".join(lines[args.insert_line :])
-        self.ctx.sandbox.write_file(path, after)
+        write_keeping_mode(self.ctx, path, after)
         return ToolResult(output=f"edited {path}:\n{unified_diff(path, text, after)}")

@@ -101,3 +101,13 @@ def test_validation_errors_and_unknown_tools_go_back_as_results(tools):
 def test_finish_tool_ends_with_summary(tools):
     result = tools.call("finish", {"summary": "all done"})
     assert result.finish and result.summary == "all done"
+
+
+def test_edits_keep_file_permissions(tools, sandbox, workdir):
+    tools.call("create", {"path": "run.sh", "file_text": "#!/bin/sh\necho one\n"})
+    tools.call("bash", {"command": "chmod 755 run.sh"})
+    tools.call("str_replace", {"path": "run.sh", "old_str": "echo one", "new_str": "echo two"})
+    tools.call("insert", {"path": "run.sh", "insert_line": 1, "text": "set -e"})
+    tools.call("create", {"path": "run.sh", "file_text": "#!/bin/sh\nset -e\necho three\n"})
+    result = tools.call("bash", {"command": "stat -c %a run.sh && ./run.sh"})
+    assert result.output.splitlines()[:2] == ["755", "three"]
