@@ -91,17 +91,26 @@ class ViewTool(Tool):
         except ValueError as exc:
             return _error(str(exc))
         lines = text.splitlines(keepends=True)
+        if not lines:
+            return ToolResult(output=f"{path} is empty")
+        first, last = 1, min(len(lines), self.ctx.limits.view_max_lines)
         if args.view_range:
             first, last = args.view_range
-            last = len(lines) if last == -1 else last
-            if not (1 <= first <= max(len(lines), 1)) or last < first:
+            last = len(lines) if last == -1 else min(last, len(lines))
+            if not (1 <= first <= len(lines)) or last < first:
                 return _error(f"view_range {args.view_range} is outside {path}, which has {len(lines)} lines")
-            return ToolResult(output=numbered(lines[first - 1 : last], first))
-        cap = self.ctx.limits.view_max_lines
-        if len(lines) > cap:
-            note = f"\n[{path} has {len(lines)} lines; showing 1-{cap}. Pass view_range to see more.]"
-            return ToolResult(output=numbered(lines[:cap], 1) + note, truncated=True)
-        return ToolResult(output=numbered(lines, 1) if lines else f"{path} is empty")
+        # Stop early when long lines would flood the context, whatever the line count.
+        budget, shown = self.ctx.limits.max_output_chars * 4, last
+        for n in range(first, last + 1):
+            budget -= min(len(lines[n - 1]), MAX_LINE_CHARS) + 8
+            if budget < 0:
+                shown = max(first, n - 1)
+                break
+        out = numbered(lines[first - 1 : shown], first)
+        if shown < len(lines) and (shown < last or not args.view_range):
+            return ToolResult(output=out + f"\n[{path} has {len(lines)} lines; showing {first}-{shown}. "
+                              "Pass view_range to see more.]", truncated=True)
+        return ToolResult(output=out)
 
 
 class CreateArgs(BaseModel):
@@ -156,18 +165,21 @@ class StrReplaceTool(Tool):
             text = read_text(self.ctx, path)
         except ValueError as exc:
             return _error(str(exc))
-        count = text.count(args.old_str)
+        old, new = args.old_str, args.new_str
+        if "\r\n" in text and old not in text:  # the model writes \n; the file uses CRLF
+            old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
+        count = text.count(old)
         if count == 0:
             return _error(f"old_str was not found in {path}; nothing changed." + _near_misses(text, args.old_str))
         if count > 1:
             starts, at = [], -1
-            while (at := text.find(args.old_str, at + 1)) != -1:
+            while (at := text.find(old, at + 1)) != -1:
                 starts.append(str(text.count("\n", 0, at) + 1))
             return _error(
                 f"old_str occurs {count} times in {path} (starting at lines {', '.join(starts)}); "
                 "include more surrounding lines so it matches exactly once. Nothing changed."
             )
-        after = text.replace(args.old_str, args.new_str, 1)
+        after = text.replace(old, new, 1)
         write_keeping_mode(self.ctx, path, after)
         return ToolResult(output=f"edited {path}:\n{unified_diff(path, text, after)}")
 

@@ -111,3 +111,14 @@ def test_edits_keep_file_permissions(tools, sandbox, workdir):
     tools.call("create", {"path": "run.sh", "file_text": "#!/bin/sh\nset -e\necho three\n"})
     result = tools.call("bash", {"command": "stat -c %a run.sh && ./run.sh"})
     assert result.output.splitlines()[:2] == ["755", "three"]
+
+
+def test_str_replace_on_crlf_files_and_view_of_long_lines(tools, sandbox, workdir):
+    sandbox.write_file(f"{workdir}/dos.txt", b"one\r\ntwo\r\nthree\r\n")
+    result = tools.call("str_replace", {"path": "dos.txt", "old_str": "one\ntwo", "new_str": "one\n2"})
+    assert not result.is_error, result.output
+    assert sandbox.read_file(f"{workdir}/dos.txt") == b"one\r\n2\r\nthree\r\n"
+    sandbox.write_file(f"{workdir}/wide.txt", ("x" * 1500 + "\n") * 100)
+    view = tools.call("view", {"path": "wide.txt"})
+    assert view.truncated and "wide.txt has 100 lines; showing 1-" in view.output
+    assert len(view.output) < 4 * 10_000 + 500
