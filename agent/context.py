@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from agent.backends.base import BackendError, ModelBackend
+from agent.backends.base import BackendError, ModelBackend, Usage
 from agent.config import ContextConfig
 from agent.events import Compacted
 from inference.chat.messages import Message
@@ -48,6 +48,7 @@ class Compaction:
     messages: list[Message]
     event: Compacted
     errors: list[str] = field(default_factory=list)
+    usage: Usage | None = None  # of the summary request, if the model was asked
 
 
 class ContextManager:
@@ -55,6 +56,7 @@ class ContextManager:
         self.config = config
         self.tokens_per_char = DEFAULT_TOKENS_PER_CHAR
         self._anchor: tuple[int, int] | None = None  # (n_messages, prompt_tokens) of the last call
+        self._summary_usage: Usage | None = None
 
     # -- accounting ---------------------------------------------------------------------------
     def observe_usage(self, messages: list[Message], prompt_tokens: int) -> None:
@@ -89,9 +91,12 @@ class ContextManager:
         after = self._estimate_fresh(elided)
         if (after <= target and not (force and elided == messages)) or not cfg.summarize:
             return self._done(elided, "elide", before, after, [])
+        self._summary_usage = None
         summary, errors = self._summarize(messages[start:end], backend)
         summarized = messages[:start] + [Message.user(f"{SUMMARY_HEADER}\n{summary}")] + messages[end:]
-        return self._done(summarized, "summarize", before, self._estimate_fresh(summarized), errors)
+        done = self._done(summarized, "summarize", before, self._estimate_fresh(summarized), errors)
+        done.usage = self._summary_usage
+        return done
 
     def _done(self, messages, stage, before, after, errors) -> Compaction:
         self._anchor = None  # the last prompt size no longer describes the new list
@@ -133,6 +138,7 @@ class ContextManager:
             ]
             try:
                 response = backend.complete(request, [], max_tokens=self.config.summary_max_tokens)
+                self._summary_usage = response.usage
                 text = (response.message.content or "").strip()
                 if text and not response.format_errors and not response.message.tool_calls:
                     return text, []

@@ -180,6 +180,10 @@ class Agent:
             return False
         self.messages = compacted.messages
         self._last_context_tokens = compacted.event.tokens_after
+        if compacted.usage is not None:  # the summary's tokens count against the budget, not the steps
+            self.usage.prompt_tokens += compacted.usage.prompt_tokens
+            self.usage.cached_tokens += compacted.usage.cached_tokens
+            self.usage.completion_tokens += compacted.usage.completion_tokens
         compacted.event.step = self.step
         for error in compacted.errors:
             self._emit(ErrorEvent(step=self.step, kind="compaction_error", message=error))
