@@ -16,10 +16,16 @@ def register(subparsers) -> None:
     p.add_argument("--read-only", action="store_true", help="mount the repository read-only in the sandbox")
     p.add_argument("--resume", nargs="?", const="", metavar="ID", help="restore a session (default: the latest)")
     p.add_argument("--mode", choices=MODES, default="ask", help="approval mode to start in")
-    p.add_argument("--effort", choices=("low", "medium", "high", "max", "none"), help="reasoning effort")
+    p.add_argument("--effort", choices=supported_efforts(), help="reasoning effort")
     p.add_argument("--config", help="agent config TOML")
     p.add_argument("--local", action="store_true", help="run tools on the host (LocalSandbox): NO isolation")
     p.set_defaults(func=run)
+
+
+def supported_efforts() -> list[str]:
+    from agent.tui.slash import supported_efforts as efforts
+
+    return efforts()
 
 
 def run(args: argparse.Namespace) -> int:

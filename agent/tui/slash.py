@@ -14,6 +14,11 @@ from agent.tui.approval import EDIT_TOOLS
 from agent.tui.workspace_ops import workspace_diff
 
 EFFORTS = ("low", "medium", "high", "max", "none")
+def supported_efforts() -> list[str]:
+    """The efforts the issue names that the agent config accepts (plus none)."""
+    return [e for e in EFFORTS if e == "none" or e in get_args(ReasoningEffort)]
+
+
 NEEDS_IDLE = {"model", "compact", "undo", "clear", "resume"}
 
 
@@ -62,7 +67,7 @@ class SlashHandler:
         await self.app.notice(f"model: {arg}")
 
     async def cmd_effort(self, arg: str) -> None:
-        supported = [e for e in EFFORTS if e == "none" or e in get_args(ReasoningEffort)]
+        supported = supported_efforts()
         if arg not in supported:
             await self.app.notice(f"/effort takes one of {'|'.join(supported)}, got {arg!r}", kind="error")
             return

@@ -54,3 +54,25 @@ def test_git_urls_are_not_checked_on_the_host(tmp_path):
     jobs_file = write_lines(tmp_path / "j.jsonl", [{"id": "remote", "repo": "https://example.org/x.git", "task": "t"}])
     loaded = load_jobs(jobs_file)
     assert loaded.errors == [] and not loaded.jobs[0].is_local
+
+
+def test_cli_rejects_what_cannot_run(tmp_path, capsys):
+    from agent.cli.main import main
+
+    out = str(tmp_path / "out")
+    assert main(["batch", str(tmp_path / "missing.jsonl"), "--out", out]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    jobs = write_lines(tmp_path / "jobs.jsonl", [{"id": "a", "repo": "nowhere", "task": "x"}])
+    assert main(["batch", str(jobs), "--out", out, "-j", "0"]) == 2
+    assert "-j: expected a number >= 1, got 0" in capsys.readouterr().err
+    assert main(["batch", str(jobs), "--out", out, "--model", "replay:x"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid job: line 1: field 'repo'" in err and "no valid jobs" in err
+
+
+def test_jobs_without_any_model_are_rejected_by_line(tmp_path, small_repo, capsys):
+    from agent.cli.main import main
+
+    jobs = write_lines(tmp_path / "jobs.jsonl", [{"id": "a", "repo": "calc", "task": "x"}])
+    assert main(["batch", str(jobs), "--out", str(tmp_path / "out")]) == 2
+    assert "line 1: field 'model': no model: give the job a 'model' or pass --model" in capsys.readouterr().err
