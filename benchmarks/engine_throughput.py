@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Decode throughput: Horizon's engine vs transformers `generate` on the same random checkpoint.
+
+Both run greedy with the same prompts, batch 1 and batch 16, in one process. Printed per batch
+size: end-to-end generated tokens/s of each and their ratio, and the same for decode alone
+(a one-token run measures prefill, which is subtracted). Goals: >= 3x at batch 1, >= 10x at 16.
+
+    python benchmarks/engine_throughput.py            # "small" preset, 64-token prompts, 64 new tokens
+    python benchmarks/engine_throughput.py --quick    # tiny preset, a few tokens (CI)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from inference.engine import Engine, EngineConfig, GenerateRequest, SamplingParams  # noqa: E402
+from inference.random_checkpoint import write_random_checkpoint  # noqa: E402
+
+
+def load_hf(path: Path):
+    from transformers import AutoConfig, GlmMoeDsaForCausalLM
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    config = AutoConfig.from_pretrained(path)
+    config.num_key_value_heads = config.num_attention_heads  # absent from config.json
+    return GlmMoeDsaForCausalLM.from_pretrained(path, config=config, dtype=torch.float32).eval()
+
+
+def prompts(batch: int, length: int, vocab: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(batch)
+    return torch.randint(3, vocab - 1, (batch, length), generator=g).tolist()
+
+
+def time_hf(model, batch_prompts: list[list[int]], new_tokens: int) -> float:
+    ids = torch.tensor(batch_prompts)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                             min_new_tokens=new_tokens, do_sample=False, eos_token_id=None, pad_token_id=0)
+    elapsed = time.perf_counter() - start
+    assert out.shape[1] == ids.shape[1] + new_tokens
+    return elapsed
+
+
+def time_engine(engine: Engine, batch_prompts: list[list[int]], new_tokens: int) -> float:
+    params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
+    start = time.perf_counter()
+    results = engine.generate([GenerateRequest(prompt_ids=p, params=params) for p in batch_prompts])
+    elapsed = time.perf_counter() - start
+    assert all(len(r.token_ids) == new_tokens for r in results)
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="small")
+    p.add_argument("--prompt-len", type=int, default=64)
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--batches", default="1,16")
+    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads for both (0: torch default)")
+    p.add_argument("--quick", action="store_true", help="tiny preset, short generations (CI)")
+    a = p.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    if a.quick:
+        a.preset, a.prompt_len, a.new_tokens = "tiny", 16, 4
+    batches = [int(b) for b in a.batches.split(",")]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_random_checkpoint(Path(tmp) / "ckpt", preset=a.preset, seed=0)
+        hf = load_hf(path)
+        kv = max(batches) * (a.prompt_len + a.new_tokens) * 2
+        engine = Engine(path, EngineConfig(dtype="float32", kv_budget_tokens=kv, page_size=64,
+                                           max_batch_tokens=4096, chunk_size=4096, enable_prefix_cache=False))
+        vocab = engine.model_config.vocab_size
+        # Warm both (lazy imports, allocator first touches) on a throw-away batch.
+        time_engine(engine, prompts(2, a.prompt_len, vocab), 2)
+        time_hf(hf, prompts(2, a.prompt_len, vocab), 2)
+        for b in batches:
+            batch_prompts = prompts(b, a.prompt_len, vocab)
+            # Prefill alone (one new token), then the full run: decode = the difference.
+            hf_prefill, hf_total = time_hf(hf, batch_prompts, 1), time_hf(hf, batch_prompts, a.new_tokens)
+            our_prefill, our_total = time_engine(engine, batch_prompts, 1), time_engine(engine, batch_prompts, a.new_tokens)
+            tokens = b * a.new_tokens
+            decode_tokens = b * (a.new_tokens - 1)
+            hf_decode, our_decode = max(1e-9, hf_total - hf_prefill), max(1e-9, our_total - our_prefill)
+            print(json.dumps({
+                "batch": b, "preset": a.preset, "prompt_len": a.prompt_len, "new_tokens": a.new_tokens,
+                "engine_tok_s": round(tokens / our_total, 2), "transformers_tok_s": round(tokens / hf_total, 2),
+                "ratio": round(hf_total / our_total, 2),
+                "engine_decode_tok_s": round(decode_tokens / our_decode, 2),
+                "transformers_decode_tok_s": round(decode_tokens / hf_decode, 2),
+                "decode_ratio": round(hf_decode / our_decode, 2),
+                "goal": 3.0 if b == 1 else 10.0,
+            }), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
