@@ -171,6 +171,7 @@ def execute(plan: RunPlan, *, json_events: bool = False, patch_out: str | None =
     from agent.events import RunStart, WorkspaceCheckpoint
     from agent.instructions import build_system_prompt, load_project_instructions
     from agent.loop import Agent
+    from agent.mcp_tools import MCPError
     from agent.tools.registry import PluginError, build_toolset
     from agent.trajectory import TrajectoryWriter
     from agent.workspace import SandboxWorkspace, WorkspaceError
@@ -227,7 +228,7 @@ def execute(plan: RunPlan, *, json_events: bool = False, patch_out: str | None =
                 restore()
             patch = workspace.diff()
             writer(WorkspaceCheckpoint(step=result.steps, patch=patch))
-    except (BackendError, SandboxError, PluginError, WorkspaceError) as exc:
+    except (BackendError, SandboxError, PluginError, WorkspaceError, MCPError) as exc:
         print(f"horizon run: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     _write_patch(patch, patch_out)
@@ -247,7 +248,8 @@ def _write_patch(patch: str, patch_out: str | None) -> None:
         sys.stdout.write(patch)
     elif patch_out:
         Path(patch_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(patch_out).write_text(patch, encoding="utf-8")
+        # surrogateescape round-trips file content that is not UTF-8 byte for byte
+        Path(patch_out).write_bytes(patch.encode("utf-8", errors="surrogateescape"))
 
 
 def _interrupt_on_sigint(agent):
