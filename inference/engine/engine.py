@@ -180,7 +180,23 @@ class Engine:
                     self._wake.wait()
                 if self._stopping:
                     return
-            self.step()
+            try:
+                self.step()
+            except Exception as exc:  # never leave clients waiting on a dead loop
+                self._fail_all(exc)
+
+    def _fail_all(self, exc: Exception) -> None:
+        with self._step_lock:
+            with self._lock:
+                pending, self._inbox = self._inbox, []
+            live = list(self._live.values()) + pending
+            self._live.clear()
+            for seq, handle in live:
+                try:
+                    self.scheduler.finish(seq, "abort")
+                except Exception:
+                    pass  # the state that raised may be inconsistent; the clients hear about it below
+                handle.fail(exc)
 
     def _drive(self, handle: RequestHandle) -> bool:
         if self._thread is not None:

@@ -11,21 +11,30 @@ from inference.engine.request import GenerateResult, StreamDelta, TokenLogprob, 
 class RequestHandle:
     def __init__(self, request_id: str, drive: Callable[["RequestHandle"], bool]):
         self.request_id = request_id
-        self._deltas: "queue.Queue[StreamDelta]" = queue.Queue()
+        self._deltas: "queue.Queue[Optional[StreamDelta]]" = queue.Queue()
         self._drive = drive  # runs engine steps inline when no background loop is running
         self._tokens: list[int] = []
         self._logprobs: Optional[list[TokenLogprob]] = None
         self._result: Optional[GenerateResult] = None
         self._done = False
+        self._error: Optional[BaseException] = None
 
     # engine side
     def push(self, delta: StreamDelta) -> None:
         self._deltas.put(delta)
 
+    def fail(self, error: BaseException) -> None:
+        """The background step loop crashed: wake the client with the error instead of hanging."""
+        self._error = error
+        self._deltas.put(None)
+
     # client side
     def __iter__(self) -> Iterator[StreamDelta]:
         while not self._done:
             delta = self._next()
+            if delta is None:
+                self._done = True
+                raise RuntimeError(f"engine step failed while serving {self.request_id}") from self._error
             self._tokens.extend(delta.token_ids)
             if delta.logprobs:
                 self._logprobs = (self._logprobs or []) + delta.logprobs
@@ -37,7 +46,7 @@ class RequestHandle:
                 )
             yield delta
 
-    def _next(self) -> StreamDelta:
+    def _next(self) -> Optional[StreamDelta]:
         while True:
             try:
                 return self._deltas.get_nowait()
@@ -56,5 +65,6 @@ class RequestHandle:
     def result(self) -> GenerateResult:
         for _ in self:
             pass
-        assert self._result is not None
+        if self._result is None:
+            raise RuntimeError(f"engine step failed while serving {self.request_id}") from self._error
         return self._result
