@@ -25,7 +25,6 @@ def register(subparsers) -> None:
     p.add_argument("--max-steps", type=int, help="default step limit per job")
     p.add_argument("--timeout", type=float, help="default wall-clock limit per job, seconds")
     p.add_argument("--image", help="sandbox image (default: the config's, else the base image)")
-    p.add_argument("--local", action="store_true", help="run tools on the host (LocalSandbox): NO isolation")
     p.set_defaults(func=run)
 
 
@@ -47,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"horizon batch: {exc}", file=sys.stderr)
         return 2
+    if config.sandbox.local:
+        print("horizon batch: sandbox.local is not supported: jobs mount their clone into a container", file=sys.stderr)
+        return 2
     loaded = load_jobs(jobs_path)
     if args.model is None:
         for job in [j for j in loaded.jobs if j.model is None]:
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         config=config,
         base_dir=loaded.base_dir,
         default_timeout_s=args.timeout or config.time_limit_s,
-        sandbox_factory=_sandbox_factory(args.image or config.sandbox.image, args.local or config.sandbox.local, config),
+        sandbox_factory=_sandbox_factory(args.image or config.sandbox.image, config),
     )
     try:
         runner = BatchRunner(
@@ -86,8 +88,9 @@ def _raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _sandbox_factory(image: str | None, local: bool, config):
-    from sandbox import BASE_IMAGE, LocalSandbox, Mount, Sandbox, SandboxConfig
+def _sandbox_factory(image: str | None, config):
+    """Each job's clone mounted at /workspace of its own container (LocalSandbox cannot mount)."""
+    from sandbox import BASE_IMAGE, Mount, Sandbox, SandboxConfig
 
     def start(workspace: Path):
         sandbox_config = SandboxConfig(
@@ -98,6 +101,6 @@ def _sandbox_factory(image: str | None, local: bool, config):
             **({"memory": config.sandbox.memory} if config.sandbox.memory else {}),
             **({"cpus": config.sandbox.cpus} if config.sandbox.cpus else {}),
         )
-        return (LocalSandbox if local else Sandbox).start(sandbox_config)
+        return Sandbox.start(sandbox_config)
 
     return start

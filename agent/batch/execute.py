@@ -120,6 +120,7 @@ def run_job(job: BatchJob, settings: JobSettings, paths: JobPaths, handle: JobHa
         cached_tokens=run.usage.cached_tokens if run else 0,
         completion_tokens=run.usage.completion_tokens if run else 0,
         duration_s=round(time.monotonic() - started, 3),
+        finish_reason=run.reason if run else None,
         finish_summary=run.summary if run else None,
         base_commit=workspace.base_commit if workspace else None,
     )

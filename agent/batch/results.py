@@ -31,6 +31,7 @@ class JobResult(BaseModel):
     duration_s: float = 0.0
     base_commit: str | None = None
     branch: str | None = None
+    finish_reason: str | None = None  # why the agent stopped: submitted, step_limit, token_budget, ...
     finish_summary: str | None = None
 
 

@@ -51,6 +51,7 @@ class BatchRunner:
         self._stopping = threading.Event()
         self._done = 0
         self._count_lock = threading.Lock()
+        self._counts: dict[str, int] = {}
 
     def run(self) -> BatchSummary:
         started = time.monotonic()
@@ -101,8 +102,11 @@ class BatchRunner:
         self.log.append(result)
         with self._count_lock:
             self._done += 1
+            self._counts[result.status] = self._counts.get(result.status, 0) + 1
+            tally = ", ".join(f"{n} {status}" for status, n in sorted(self._counts.items()))
+            done = self._done
         reason = f": {result.reason}" if result.reason else ""
-        self._say(f"[{self._done}/{len(self.jobs)}] {job.id} {result.status}{reason} ({result.duration_s:.1f}s)")
+        self._say(f"[{done}/{len(self.jobs)}] {job.id} {result.status}{reason} ({result.duration_s:.1f}s) | {tally}")
         return result
 
     def _commit_branch(self, job: BatchJob, result: JobResult) -> JobResult:

@@ -127,6 +127,7 @@ class ChatApp(App):
             await self._ask(payload)
         elif isinstance(payload, TurnDone):
             self.stats.busy = False
+            self.controller.session.save_meta()  # keeps /sessions ordered by last use
             if payload.error:
                 await self.notice(f"the agent failed: {payload.error}", kind="error")
         else:

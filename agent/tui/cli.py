@@ -18,7 +18,6 @@ def register(subparsers) -> None:
     p.add_argument("--mode", choices=MODES, default="ask", help="approval mode to start in")
     p.add_argument("--effort", choices=supported_efforts(), help="reasoning effort")
     p.add_argument("--config", help="agent config TOML")
-    p.add_argument("--local", action="store_true", help="run tools on the host (LocalSandbox): NO isolation")
     p.set_defaults(func=run)
 
 
@@ -59,7 +58,11 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, Exception) as exc:
         print(f"horizon chat: {exc}", file=sys.stderr)
         return 2
-    with open_workspace_sandbox(repo, args.read_only, args.local or config.sandbox.local, config) as sandbox:
+    if config.sandbox.local:
+        print("horizon chat: sandbox.local is not supported: the chat mounts the repository into a container",
+              file=sys.stderr)
+        return 2
+    with open_workspace_sandbox(repo, args.read_only, config) as sandbox:
         tools = ToolSet(builtin_tools(sandbox, config.tools))
         app = ChatApp(
             config=config,
@@ -81,9 +84,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def open_workspace_sandbox(repo: Path, read_only: bool, local: bool, config):
+def open_workspace_sandbox(repo: Path, read_only: bool, config):
     """The repository mounted at /workspace (read-write unless asked otherwise)."""
-    from sandbox import BASE_IMAGE, LocalSandbox, Mount, Sandbox, SandboxConfig
+    from sandbox import BASE_IMAGE, Mount, Sandbox, SandboxConfig
 
     settings = config.sandbox
     sandbox_config = SandboxConfig(
@@ -91,7 +94,7 @@ def open_workspace_sandbox(repo: Path, read_only: bool, local: bool, config):
         workdir=settings.workdir,
         network=settings.network,
         mounts=[Mount(source=str(repo), target=settings.workdir, read_only=read_only)],
+        **({"memory": settings.memory} if settings.memory else {}),
+        **({"cpus": settings.cpus} if settings.cpus else {}),
     )
-    if local:
-        return LocalSandbox.start(sandbox_config)
     return Sandbox.start(sandbox_config)

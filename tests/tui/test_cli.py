@@ -25,7 +25,7 @@ def test_chat_needs_a_model_or_a_session_to_resume(tmp_path, monkeypatch, capsys
 @pytest.mark.docker
 def test_read_only_mount_refuses_edits(docker_client, chat_repo):
     config = load_config()
-    with open_workspace_sandbox(chat_repo, read_only=True, local=False, config=config) as sandbox:
+    with open_workspace_sandbox(chat_repo, read_only=True, config=config) as sandbox:
         tools = ToolSet(builtin_tools(sandbox, config.tools))
         result = tools.call("str_replace", {"path": "calc.py", "old_str": "a - b", "new_str": "a + b"})
         assert result.is_error
