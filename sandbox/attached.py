@@ -22,8 +22,9 @@ class StreamClosed(Exception):
 
 class AttachedProcess:
     def __init__(self, client, container_id: str, argv: list[str], *, user: str | None, workdir: str | None,
-                 stdout_sink: Callable[[bytes], object] | None = None):
-        """`stdout_sink`, when given, receives stdout instead of the in-memory buffer (large streams)."""
+                 stdout_sink: Callable[[bytes], object] | None = None, merge_stderr: bool = False):
+        """`stdout_sink`, when given, receives stdout instead of the in-memory buffer (large streams);
+        with `merge_stderr`, stderr goes the same way, in order."""
         api = client.api
         self._api = api
         self.exec_id = api.exec_create(
@@ -38,6 +39,7 @@ class AttachedProcess:
         self.stderr_tail = bytearray()
         self.closed = False
         self._sink = stdout_sink
+        self._merge_stderr = merge_stderr
 
     def send(self, data: bytes) -> None:
         view = memoryview(data)
@@ -63,7 +65,11 @@ class AttachedProcess:
         if self.closed:
             raise StreamClosed("the process's output stream is closed")
         remaining = max(0.0, deadline - time.monotonic())
-        ready, _, _ = select.select([self._sock], [], [], remaining)
+        try:
+            ready, _, _ = select.select([self._sock], [], [], remaining)
+        except (OSError, ValueError) as exc:  # closed by another thread (Sandbox.close)
+            self.closed = True
+            raise StreamClosed(f"the process's output stream was closed: {exc}") from exc
         if not ready:
             return False
         try:
@@ -88,7 +94,7 @@ class AttachedProcess:
             if len(raw) - pos - 8 < length:
                 break
             payload = raw[pos + 8:pos + 8 + length]
-            if stream == 2:
+            if stream == 2 and not self._merge_stderr:
                 self.stderr_tail += payload
                 del self.stderr_tail[:-_STDERR_KEEP]
             elif self._sink is not None:
@@ -106,6 +112,10 @@ class AttachedProcess:
 
     def close(self) -> None:
         self.closed = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked in select() in another thread
+        except OSError:
+            pass
         for obj in (self._sock, self._wrapper):
             try:
                 obj.close()

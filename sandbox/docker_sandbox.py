@@ -142,6 +142,8 @@ class Sandbox:
                               raw.oom_kills > 0, raw.total_bytes)
 
     def _after_shell_death(self, exc: Exception, start: float) -> ExecResult:
+        if self._closed:
+            raise SandboxClosed(f"sandbox {self.container_id[:12]} was closed while the command ran") from None
         died = self._death_error()
         if died is None:
             code = exc.exit_code if isinstance(exc, ShellDied) else None
@@ -183,32 +185,31 @@ class Sandbox:
                   workdir: str | None = None, output_limit: int | None = None) -> ExecResult:
         """Run one plain process (a `docker exec`), outside the persistent shell."""
         self._check_open()
-        timeout = self.config.command_timeout if timeout is None else timeout
+        timeout = max(0.1, self.config.command_timeout if timeout is None else timeout)  # 0 would mean "none"
         argv = ["bash", "-c", argv] if isinstance(argv, str) else list(argv)
         wrapped = ["timeout", "-s", "KILL", f"{timeout:g}", *argv]
+        buf = HeadTailBuffer(output_limit or self.config.output_limit)
         start = time.monotonic()
         try:
             proc = AttachedProcess(self._client, self.container_id, wrapped, user=user or self.config.user,
-                                   workdir=workdir or self.config.workdir)
-        except Exception as exc:
+                                   workdir=workdir or self.config.workdir, stdout_sink=buf.feed, merge_stderr=True)
+        except Exception as exc:  # noqa: BLE001 - reported with the container's state
             died = self._death_error()
             raise (died or SandboxError(f"exec_once {argv!r} failed: {exc}")) from None
-        buf = HeadTailBuffer(output_limit or self.config.output_limit)
         deadline = start + timeout + 5
         try:
-            proc.send(b"")
+            proc.close_stdin()
             while time.monotonic() < deadline:
                 proc.pump(deadline)
-                buf.feed(bytes(proc.stdout))
-                proc.stdout.clear()
         except StreamClosed:
             pass
         finally:
-            buf.feed(bytes(proc.stdout) + bytes(proc.stderr_tail))
             proc.close()
         duration = time.monotonic() - start
         code = proc.exit_code()
-        timed_out = code == 137 and duration >= timeout or code is None
+        if code is None and self._closed:
+            raise SandboxClosed(f"sandbox {self.container_id[:12]} was closed while {argv!r} ran")
+        timed_out = code is None or (code == 137 and duration >= timeout)
         output, truncated = render_output(*buf.parts(), buf.total)
         return ExecResult(124 if timed_out else int(code), output, timed_out, truncated, duration, False, buf.total)
 

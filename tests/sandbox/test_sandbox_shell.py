@@ -109,3 +109,26 @@ def test_long_commands_travel_intact(shared_sandbox):
     assert r.exit_code == 0 and int(r.output) == len(body.encode())
     assert shared_sandbox.read_file("/tmp/long.txt").decode() == body
     assert shared_sandbox.exec("echo $LONG_SET").output == "1\n"  # ran in the persistent shell
+
+
+def test_exec_once_merges_stderr_in_order_and_closes_stdin(shared_sandbox):
+    r = shared_sandbox.exec_once(["bash", "-c", "echo one; sleep 0.2; echo two >&2; sleep 0.2; echo three; cat"], timeout=30)
+    assert r.output == "one\ntwo\nthree\n" and r.exit_code == 0
+
+
+def test_close_from_another_thread_interrupts_a_running_command(base_image, docker_client):
+    import threading
+
+    import pytest
+
+    from sandbox import SandboxClosed
+
+    sb = Sandbox.start(SandboxConfig())
+    closer = threading.Timer(1.0, sb.close)
+    closer.start()
+    start = time.monotonic()
+    with pytest.raises(SandboxClosed, match="closed while the command ran"):
+        sb.exec("sleep 100", timeout=60)
+    assert time.monotonic() - start < 30
+    closer.join()
+    assert not docker_client.containers.list(all=True, filters={"id": sb.container_id})
