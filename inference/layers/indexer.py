@@ -66,15 +66,15 @@ class Indexer(nn.Module):
         if meta.max_seq_len <= self.topk:
             return None
 
-        n = x.shape[0]
+        n, b, t, s = x.shape[0], meta.key_slots.shape[0], meta.max_query_len, meta.max_seq_len
         q = self._rotate(self.wq_b(q_latent).view(n, self.n_heads, self.head_dim), rope)
-        q = meta.to_padded(q).float()  # [B, T, H, D]
-        keys = key_cache[meta.key_slots].float()  # [B, S, D]
-        scores = F.relu(torch.matmul(q, keys.transpose(1, 2).unsqueeze(1)) * self.head_dim**-0.5)  # [B,T,H,S]
+        q = meta.to_padded(q).float().reshape(b, t * self.n_heads, self.head_dim)
+        keys = key_cache[meta.key_slots].float()  # [B, S, D]: one key per token, shared by all heads
+        scores = F.relu(torch.bmm(q, keys.transpose(1, 2)) * self.head_dim**-0.5)  # [B, T*H, S]
         if head_weights is None:
             head_weights = self.weights_proj(x.to(self.weights_proj.weight.dtype))
         w = meta.to_padded(head_weights.float() * self.n_heads**-0.5)  # [B, T, H]
-        logits = torch.matmul(w.unsqueeze(-2), scores).squeeze(-2)  # [B, T, S]
+        logits = torch.bmm(w.view(b * t, 1, self.n_heads), scores.view(b * t, self.n_heads, s)).view(b, t, s)
         logits = logits.masked_fill(~meta.key_valid, float("-inf"))
         top = stable_topk(logits, self.topk)
         selected = torch.zeros_like(meta.key_valid).scatter_(-1, top, True)

@@ -114,29 +114,37 @@ class MLAttention(nn.Module):
         return self.o_proj(out), selection
 
     def _softmax(self, scores: torch.Tensor, hidden: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        # scores [B, H, T, S]; hidden [B, T, S] marks keys this query may not see; fp32 softmax
-        # like every reference.
-        scores = scores.masked_fill(hidden.unsqueeze(1), float("-inf"))
+        # scores [B, T, H, S]; hidden [B, T, S] marks keys a query may not see; fp32 softmax like
+        # every reference.
+        scores = scores.masked_fill(hidden.unsqueeze(2), float("-inf"))
         return torch.softmax(scores, dim=-1, dtype=torch.float32).to(dtype)
 
     def _expanded(self, q_nope, q_pe, keys, hidden, meta: AttentionMetadata) -> torch.Tensor:
         b, s = keys.shape[:2]
+        t, h = meta.max_query_len, self.n_heads
         c, k_pe = keys.split([self.rank, self.rope], dim=-1)
-        kv = self.kv_b_proj(c).view(b, s, self.n_heads, self.nope + self.v_dim)
+        kv = self.kv_b_proj(c).view(b, s, h, self.nope + self.v_dim)
         k_nope, v = kv.split([self.nope, self.v_dim], dim=-1)
-        k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(b, s, self.n_heads, self.rope)], dim=-1)
-        q = meta.to_padded(torch.cat([q_nope, q_pe], dim=-1)).transpose(1, 2)  # [B, H, T, D]
-        scores = torch.matmul(q, k.permute(0, 2, 3, 1)) * self.scale  # [B, H, T, S]
-        out = torch.matmul(self._softmax(scores, hidden, q.dtype), v.transpose(1, 2))  # [B, H, T, v]
-        return meta.from_padded(out.transpose(1, 2)).reshape(-1, self.n_heads * self.v_dim)
+        k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(b, s, h, self.rope)], dim=-1)  # [B, S, H, D]
+        q = meta.to_padded(torch.cat([q_nope, q_pe], dim=-1))  # [B, T, H, D]
+        q = q.permute(0, 2, 1, 3).reshape(b * h, t, -1)
+        scores = torch.bmm(q, k.permute(0, 2, 3, 1).reshape(b * h, -1, s)) * self.scale  # [B*H, T, S]
+        probs = self._softmax(scores.view(b, h, t, s).transpose(1, 2), hidden, q.dtype)  # [B, T, H, S]
+        out = torch.bmm(probs.transpose(1, 2).reshape(b * h, t, s), v.permute(0, 2, 1, 3).reshape(b * h, s, -1))
+        out = out.view(b, h, t, self.v_dim).transpose(1, 2)  # [B, T, H, v]
+        return meta.from_padded(out).reshape(-1, h * self.v_dim)
 
     def _absorbed(self, q_nope, q_pe, keys, hidden, meta: AttentionMetadata) -> torch.Tensor:
-        w = self.kv_b_proj.weight.view(self.n_heads, self.nope + self.v_dim, self.rank)
+        # MLA has a single latent "KV head", so all heads and query rows of a sequence share one
+        # key matrix: [T*H, rank+rope] x [rank+rope, S] is a single GEMM per sequence.
+        b, s = keys.shape[:2]
+        t, h = meta.max_query_len, self.n_heads
+        w = self.kv_b_proj.weight.view(h, self.nope + self.v_dim, self.rank)
         q_lat = torch.bmm(q_nope.transpose(0, 1), w[:, : self.nope])  # [H, N, rank]
-        q = torch.cat([q_lat.transpose(0, 1), q_pe], dim=-1)  # [N, H, rank + rope]
-        q = meta.to_padded(q).transpose(1, 2)  # [B, H, T, rank + rope]
-        scores = torch.matmul(q, keys.transpose(1, 2).unsqueeze(1)) * self.scale  # [B, H, T, S]
-        out_lat = torch.matmul(self._softmax(scores, hidden, q.dtype), keys[..., : self.rank].unsqueeze(1))
-        out_lat = meta.from_padded(out_lat.transpose(1, 2))  # [N, H, rank]
+        q = meta.to_padded(torch.cat([q_lat.transpose(0, 1), q_pe], dim=-1))  # [B, T, H, rank + rope]
+        scores = torch.bmm(q.reshape(b, t * h, -1), keys.transpose(1, 2)) * self.scale  # [B, T*H, S]
+        probs = self._softmax(scores.view(b, t, h, s), hidden, q.dtype)
+        out_lat = torch.bmm(probs.view(b, t * h, s), keys[..., : self.rank])  # [B, T*H, rank]
+        out_lat = meta.from_padded(out_lat.view(b, t, h, self.rank))  # [N, H, rank]
         out = torch.bmm(out_lat.transpose(0, 1), w[:, self.nope :].transpose(1, 2))  # [H, N, v]
-        return out.transpose(0, 1).reshape(-1, self.n_heads * self.v_dim)
+        return out.transpose(0, 1).reshape(-1, h * self.v_dim)
