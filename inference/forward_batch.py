@@ -104,6 +104,8 @@ class AttentionMetadata:
     max_query_len: int  # T
     max_seq_len: int  # S
     uniform: bool  # every sequence has exactly T new tokens: padded layout == flat layout, no copies
+    positions: torch.Tensor  # [N] (from the batch)
+    seq_lens: torch.Tensor  # [B] (from the batch)
 
     @classmethod
     def from_batch(cls, batch: ForwardBatch, page_size: int) -> AttentionMetadata:
@@ -131,7 +133,10 @@ class AttentionMetadata:
         key_valid &= (key_pos.view(1, -1) < batch.seq_lens.view(-1, 1)).unsqueeze(1)
         key_valid[..., 0] = True
         uniform = n == b * max_q
-        return cls(slot_mapping, key_slots, key_valid, query_rows, seq_of_token, max_q, max_s, uniform)
+        return cls(
+            slot_mapping, key_slots, key_valid, query_rows, seq_of_token, max_q, max_s, uniform,
+            batch.positions, batch.seq_lens,
+        )  # fmt: skip
 
     def to_padded(self, x: torch.Tensor) -> torch.Tensor:
         """[N, ...] flat rows -> [B, T, ...] padded query layout (padding rows are zero)."""

@@ -50,6 +50,9 @@ class Glm5ForCausalLM(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         # "auto" picks absorbed MLA for short per-sequence chunks (decode) and expanded otherwise.
         self.attention_mode = "auto"
+        # Sparse attention / MoE through the `kernels` package: "auto" = on CUDA only (Triton),
+        # "torch" / "triton" = always with that backend, None = never (native torch path).
+        self.kernel_backend: str | None = "auto"
 
     @property
     def dtype(self) -> torch.dtype:
@@ -74,7 +77,15 @@ class Glm5ForCausalLM(nn.Module):
     def _run_layer(self, layer: DecoderLayer, h, rope, meta, cache: PagedKVCache, selection):
         i = layer.layer
         indexer_cache = cache.indexer_flat(i) if i in cache.indexer else None
-        return layer(h, rope, meta, cache.latent_flat(i), indexer_cache, selection, self.attention_mode)
+        return layer(
+            h, rope, meta, cache.latent_flat(i), indexer_cache, selection, self.attention_mode, self._kernels(h)
+        )  # fmt: skip
+
+    def _kernels(self, h: torch.Tensor) -> str | None:
+        backend = self.kernel_backend
+        if backend is None or (backend == "auto" and h.device.type != "cuda"):
+            return None
+        return backend
 
     @torch.inference_mode()
     def forward_batch(self, batch: ForwardBatch, cache: PagedKVCache, return_all_hidden: bool = False) -> ModelOutput:

@@ -32,9 +32,11 @@ class DecoderLayer(nn.Module):
         indexer_cache: torch.Tensor | None,
         shared_selection: torch.Tensor | None,
         mode: str = "auto",
+        kernels: str | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attn, selection = self.self_attn(
-            self.input_layernorm(h), rope, meta, latent_cache, indexer_cache, shared_selection, mode
+            self.input_layernorm(h), rope, meta, latent_cache, indexer_cache, shared_selection, mode, kernels
         )
         h = h + attn
-        return h + self.mlp(self.post_attention_layernorm(h)), selection
+        x = self.post_attention_layernorm(h)
+        return h + (self.mlp(x, kernels) if isinstance(self.mlp, MoE) else self.mlp(x)), selection

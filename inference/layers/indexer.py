@@ -15,6 +15,7 @@ from torch import nn
 
 from inference.config import ModelConfig
 from inference.forward_batch import AttentionMetadata
+from inference.layers import kernel_path
 from inference.layers.rope import RopeTables, deinterleave_rope_rows
 
 
@@ -61,8 +62,7 @@ class Indexer(nn.Module):
         fused input projection. Returns a bool mask [B, T, S] of selected keys, or None when no
         row can see more than `index_topk` keys (then every visible key is selected).
         """
-        k_proj = self.wk(x) if k_proj is None else k_proj
-        key_cache[meta.slot_mapping] = self._rotate(self.k_norm(k_proj), rope).to(key_cache.dtype)
+        self._write_keys(x, rope, meta, key_cache, k_proj)
         if meta.max_seq_len <= self.topk:
             return None
 
@@ -79,6 +79,23 @@ class Indexer(nn.Module):
         top = stable_topk(logits, self.topk)
         selected = torch.zeros_like(meta.key_valid).scatter_(-1, top, True)
         return selected & meta.key_valid
+
+    def _write_keys(self, x, rope, meta, key_cache, k_proj) -> None:
+        k_proj = self.wk(x) if k_proj is None else k_proj
+        key_cache[meta.slot_mapping] = self._rotate(self.k_norm(k_proj), rope).to(key_cache.dtype)
+
+    def select_slots(self, x, q_latent, rope, meta, key_cache, k_proj, head_weights, backend: str) -> torch.Tensor:
+        """Kernel path: the same selection as `forward`, as cache slots [N, K] (-1 = none)."""
+        self._write_keys(x, rope, meta, key_cache, k_proj)
+        if meta.max_seq_len <= self.topk:
+            return kernel_path.causal_slots(meta, meta.positions)
+        q = self._rotate(self.wq_b(q_latent).view(x.shape[0], self.n_heads, self.head_dim), rope)
+        if head_weights is None:
+            head_weights = self.weights_proj(x.to(self.weights_proj.weight.dtype))
+        w = head_weights.float() * self.n_heads**-0.5
+        return kernel_path.indexer_slots(
+            q.to(key_cache.dtype), w, key_cache, meta, meta.positions, self.topk, self.head_dim**-0.5, backend
+        )
 
 
 def stable_topk(scores: torch.Tensor, k: int) -> torch.Tensor:

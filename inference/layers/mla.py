@@ -17,6 +17,7 @@ from torch import nn
 
 from inference.config import ModelConfig
 from inference.forward_batch import AttentionMetadata
+from inference.layers import kernel_path
 from inference.layers.fusion import fuse_linears
 from inference.layers.indexer import Indexer
 from inference.layers.norm import RMSNorm
@@ -84,8 +85,12 @@ class MLAttention(nn.Module):
         indexer_cache: torch.Tensor | None,
         shared_selection: torch.Tensor | None,
         mode: str = "auto",
+        kernels: str | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x [N, hidden] -> (out [N, hidden], the selection mask this layer used)."""
+        """x [N, hidden] -> (out [N, hidden], the selection this layer used).
+
+        The selection is a [B, T, S] mask (or None = all visible) on the native path, and cache
+        slots [N, K] when `kernels` names a kernels backend (see kernel_path.py)."""
         n = x.shape[0]
         q_a, kv_a, index_k, index_w = self._project_input(x)
         q_latent = self.q_a_layernorm(q_a)
@@ -96,6 +101,12 @@ class MLAttention(nn.Module):
         row = torch.cat([self.kv_a_layernorm(c), rope.apply(k_pe, self.rope_deinterleaved)], dim=-1)
         latent_cache[meta.slot_mapping] = row.to(latent_cache.dtype)
 
+        if kernels is not None:
+            if self.indexer is not None:
+                selection = self.indexer.select_slots(x, q_latent, rope, meta, indexer_cache, index_k, index_w, kernels)
+            else:
+                selection = shared_selection
+            return self.o_proj(self._sparse_kernel(q_nope, q_pe, latent_cache, selection, kernels)), selection
         if self.indexer is not None:
             selection = self.indexer(x, q_latent, rope, meta, indexer_cache, index_k, index_w)
         else:
@@ -112,6 +123,20 @@ class MLAttention(nn.Module):
         else:
             raise ValueError(f"attention mode={mode!r}: expected 'auto', 'absorbed' or 'expanded'")
         return self.o_proj(out), selection
+
+    def _absorb_keys(self, q_nope: torch.Tensor) -> torch.Tensor:
+        w_uk = self.kv_b_proj.weight.view(self.n_heads, self.nope + self.v_dim, self.rank)[:, : self.nope]
+        return torch.bmm(q_nope.transpose(0, 1), w_uk).transpose(0, 1)  # [N, H, rank]
+
+    def _absorb_values(self, out_lat: torch.Tensor) -> torch.Tensor:
+        w_uv = self.kv_b_proj.weight.view(self.n_heads, self.nope + self.v_dim, self.rank)[:, self.nope :]
+        out = torch.bmm(out_lat.transpose(0, 1), w_uv.transpose(1, 2))  # [H, N, v]
+        return out.transpose(0, 1).reshape(-1, self.n_heads * self.v_dim)
+
+    def _sparse_kernel(self, q_nope, q_pe, latent_cache, slots, backend: str) -> torch.Tensor:
+        q = torch.cat([self._absorb_keys(q_nope), q_pe], dim=-1).to(latent_cache.dtype)
+        out_lat = kernel_path.sparse_latent_attention(q, latent_cache, slots, self.scale, self.rank, backend)
+        return self._absorb_values(out_lat.to(q_nope.dtype))
 
     def _softmax(self, scores: torch.Tensor, hidden: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         # scores [B, T, H, S]; hidden [B, T, S] marks keys a query may not see; fp32 softmax like
@@ -139,12 +164,8 @@ class MLAttention(nn.Module):
         # key matrix: [T*H, rank+rope] x [rank+rope, S] is a single GEMM per sequence.
         b, s = keys.shape[:2]
         t, h = meta.max_query_len, self.n_heads
-        w = self.kv_b_proj.weight.view(h, self.nope + self.v_dim, self.rank)
-        q_lat = torch.bmm(q_nope.transpose(0, 1), w[:, : self.nope])  # [H, N, rank]
-        q = meta.to_padded(torch.cat([q_lat.transpose(0, 1), q_pe], dim=-1))  # [B, T, H, rank + rope]
+        q = meta.to_padded(torch.cat([self._absorb_keys(q_nope), q_pe], dim=-1))  # [B, T, H, rank + rope]
         scores = torch.bmm(q.reshape(b, t * h, -1), keys.transpose(1, 2)) * self.scale  # [B, T*H, S]
         probs = self._softmax(scores.view(b, t, h, s), hidden, q.dtype)
         out_lat = torch.bmm(probs.view(b, t * h, s), keys[..., : self.rank])  # [B, T*H, rank]
-        out_lat = meta.from_padded(out_lat.view(b, t, h, self.rank))  # [N, H, rank]
-        out = torch.bmm(out_lat.transpose(0, 1), w[:, self.nope :].transpose(1, 2))  # [H, N, v]
-        return out.transpose(0, 1).reshape(-1, h * self.v_dim)
+        return self._absorb_values(meta.from_padded(out_lat.view(b, t, h, self.rank)))

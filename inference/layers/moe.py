@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from inference.config import ModelConfig
+from inference.layers import kernel_path
 from inference.layers.mlp import SwiGLU
 
 _grouped_mm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
@@ -59,7 +60,9 @@ class RoutedExperts(nn.Module):
         self.gate_up_proj = nn.Parameter(torch.empty(e, 2 * i, h))
         self.down_proj = nn.Parameter(torch.empty(e, h, i))
 
-    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, kernels: str | None = None) -> torch.Tensor:
+        if kernels is not None:
+            return kernel_path.routed_experts(x, self.gate_up_proj, self.down_proj, ids, weights, kernels)
         n, k = ids.shape
         flat = ids.reshape(-1)
         order = flat.argsort(stable=True)
@@ -94,6 +97,6 @@ class MoE(nn.Module):
         self.experts = RoutedExperts(config)
         self.shared_experts = SwiGLU(config.hidden_size, config.moe_intermediate_size * config.n_shared_experts)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kernels: str | None = None) -> torch.Tensor:
         ids, weights = self.gate(x)
-        return self.experts(x, ids, weights) + self.shared_experts(x)
+        return self.experts(x, ids, weights, kernels) + self.shared_experts(x)

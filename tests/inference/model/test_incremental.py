@@ -126,3 +126,16 @@ def _run_chunks_from(model, tokens, start, chunks, pages, cache):
         outs.append(model.forward_batch(batch, cache).logits)
         pos += n
     return torch.cat(outs)
+
+
+def test_kernel_path_matches_the_native_path(model):
+    """The GPU route (slot lists + kernels.indexer_topk / sparse_mla_attention / fused_moe), run
+    here with the kernels' torch references, gives the native path's logits, prefill and decode."""
+    tokens = _tokens(10, 28, model.config.vocab_size)
+    full = model(torch.tensor([tokens]))[0]
+    model.kernel_backend = "torch"
+    try:
+        out = _run_chunks(model, tokens, [11, 1, 1, 9, 1, 5], [4, 0, 6, 2, 5, 1, 3], model.new_cache(7, PAGE))
+    finally:
+        model.kernel_backend = "auto"
+    assert (out - full).abs().max().item() <= TOL

@@ -1,0 +1,63 @@
+"""The DSA attention step through the `kernels` package (Triton on CUDA, torch references else).
+
+The native path in mla.py / indexer.py materialises a [B, T, S] selection mask and attends densely
+under it, which is simplest and fastest on CPU. On a GPU the selection is instead a list of cache
+slots per query token ([N, K], -1 = none) and attention gathers only those rows:
+
+    slots = kernels.indexer_topk(...).slots          (full layers; shared layers reuse them)
+    out_latent = kernels.sparse_mla_attention(...)   (absorbed MLA over the selected rows)
+
+Both paths compute the same function; tests run this one with the kernels' torch references.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from inference.forward_batch import AttentionMetadata
+
+
+def causal_slots(meta: AttentionMetadata, positions: torch.Tensor) -> torch.Tensor:
+    """[N, S] every visible key slot of each token (-1 past its position): the selection when no
+    row can see more than index_topk keys."""
+    key_pos = torch.arange(meta.max_seq_len, device=positions.device)
+    slots = meta.key_slots[meta.seq_of_token]
+    return torch.where(key_pos <= positions.unsqueeze(1), slots, -1).to(torch.int32)
+
+
+def indexer_slots(
+    q: torch.Tensor,
+    head_weights: torch.Tensor,
+    key_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    positions: torch.Tensor,
+    topk: int,
+    softmax_scale: float,
+    backend: str,
+) -> torch.Tensor:
+    from kernels import indexer_topk
+
+    key_pos = torch.arange(meta.max_seq_len, device=positions.device)
+    live = key_pos.unsqueeze(0) < meta.seq_lens.unsqueeze(1)
+    key_slots = torch.where(live, meta.key_slots, -1).to(torch.int32)
+    selected = indexer_topk(
+        q, head_weights.float(), key_cache, key_slots, meta.seq_of_token, positions, topk, softmax_scale,
+        backend=backend,
+    )  # fmt: skip
+    return selected.slots
+
+
+def sparse_latent_attention(
+    q: torch.Tensor, latent_cache: torch.Tensor, slots: torch.Tensor, scale: float, rank: int, backend: str
+) -> torch.Tensor:
+    """q [N, H, rank + rope] (absorbed) -> [N, H, rank] attention output in latent space."""
+    from kernels import sparse_mla_attention
+
+    out, _ = sparse_mla_attention(q, latent_cache, slots, scale, rank, backend=backend)
+    return out
+
+
+def routed_experts(x, gate_up, down, ids, weights, backend: str) -> torch.Tensor:
+    from kernels import fused_moe
+
+    return fused_moe(x, gate_up, down, ids, weights, backend=backend)
