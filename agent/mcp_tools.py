@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import tempfile
 import threading
 from typing import Any
 
 import jsonschema
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from agent.config import MCPServerConfig
 from agent.tools.base import Tool, ToolContext, ToolResult
@@ -40,6 +41,9 @@ class MCPConnection:
         self._stop: asyncio.Event | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name=f"mcp-{name}")
+        # The server's stderr goes to a file of ours (never the process's stderr, which a test
+        # harness or TUI may have replaced), and its tail explains a failed start.
+        self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
 
     def start(self) -> MCPConnection:
         self._thread.start()
@@ -48,8 +52,10 @@ class MCPConnection:
             self.close()
             raise MCPError(f"MCP server {self.name!r} did not start within {self.config.startup_timeout_s:g}s")
         if self._error is not None:
+            message = (f"MCP server {self.name!r} ({' '.join(self.config.command)}) failed: "
+                       f"{type(self._error).__name__}: {self._error}{self._stderr_tail()}")
             self.close()
-            raise MCPError(f"MCP server {self.name!r} ({' '.join(self.config.command)}) failed: {self._error}")
+            raise MCPError(message)
         return self
 
     async def _serve(self) -> None:
@@ -58,7 +64,7 @@ class MCPConnection:
             command=self.config.command[0], args=self.config.command[1:], env=self.config.env or None
         )
         try:
-            async with Client(params, mode="legacy") as client:
+            async with Client(stdio_client(params, errlog=self._stderr), mode="legacy") as client:
                 self._client = client
                 cursor = None
                 while True:
@@ -93,6 +99,15 @@ class MCPConnection:
         if self._loop.is_running():
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+        self._stderr.close()
+
+    def _stderr_tail(self) -> str:
+        try:
+            self._stderr.seek(0)
+            tail = self._stderr.read()[-1500:].strip()
+        except (OSError, ValueError):
+            return ""
+        return f"\n--- server stderr ---\n{tail}" if tail else ""
 
     async def _after_stop(self, done: threading.Event) -> None:
         while self._client is not None:

@@ -63,3 +63,12 @@ def test_mcp_server_tools_are_called_by_the_agent(sandbox, tmp_path):
     finally:
         for conn in connections:
             conn.close()
+
+
+def test_an_mcp_server_that_dies_at_start_is_reported_with_its_stderr(sandbox):
+    from agent.mcp_tools import MCPError
+
+    crash = [sys.executable, "-c", "import sys; sys.stderr.write('boom: no config file\\n'); sys.exit(3)"]
+    config = AgentConfig(mcp_servers={"broken": MCPServerConfig(command=crash, startup_timeout_s=20)})
+    with pytest.raises(MCPError, match=r"(?s)MCP server 'broken'.*boom: no config file"):
+        build_toolset(config, sandbox)
