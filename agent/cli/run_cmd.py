@@ -43,6 +43,7 @@ def register(subparsers) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config value, e.g. --set context.compact_trigger=0.7 (repeatable)")
     p.add_argument("--local", action="store_true", help="run tools on the host (LocalSandbox): NO isolation")
+    p.add_argument("--list-tools", action="store_true", help="list built-in tools and installed plugins, then exit")
     p.set_defaults(func=run)
 
 
@@ -61,12 +62,29 @@ def run(args: argparse.Namespace) -> int:
     from agent.config import ConfigError
     from agent.trajectory import TrajectoryError
 
+    if args.list_tools:
+        return list_tools()
     try:
         plan = make_plan(args)
     except (ConfigError, TrajectoryError, ValueError) as exc:
         print(f"horizon run: {exc}", file=sys.stderr)
         return 2
     return execute(plan, json_events=args.json, patch_out=args.patch_out)
+
+
+def list_tools() -> int:
+    from agent.tools.builtins import BUILTIN_TOOL_CLASSES
+    from agent.tools.registry import available_plugins
+
+    print("built-in tools:")
+    for cls in BUILTIN_TOOL_CLASSES:
+        first_sentence = " ".join(cls.description().split()).split(". ")[0].rstrip(".")
+        print(f"  {cls.name:12s} {first_sentence}")
+    plugins = available_plugins()
+    print("installed plugins (enable with plugins = [...] in the config):" if plugins else "no plugins installed")
+    for name, ep in sorted(plugins.items()):
+        print(f"  {name:12s} {ep.value}")
+    return 0
 
 
 def _parse_set(items: list[str]) -> dict[str, Any]:

@@ -72,3 +72,12 @@ def test_an_mcp_server_that_dies_at_start_is_reported_with_its_stderr(sandbox):
     config = AgentConfig(mcp_servers={"broken": MCPServerConfig(command=crash, startup_timeout_s=20)})
     with pytest.raises(MCPError, match=r"(?s)MCP server 'broken'.*boom: no config file"):
         build_toolset(config, sandbox)
+
+
+def test_horizon_run_lists_builtin_tools_and_installed_plugins(capsys):
+    from agent.cli.main import main
+
+    assert main(["run", "--list-tools"]) == 0
+    out = capsys.readouterr().out
+    assert "str_replace" in out and "find_symbol" in out
+    assert "line_count   horizon_example_plugin.tools:LineCount" in out
