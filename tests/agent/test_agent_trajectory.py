@@ -91,3 +91,11 @@ def test_config_from_toml_with_overrides_and_named_errors(tmp_path):
         (tmp_path / "bad.toml").write_text("max_steps = = 3")
         load_config(tmp_path / "bad.toml")
     assert AgentConfig(reasoning_effort="medium").reasoning_effort == "high"
+
+
+def test_the_example_config_is_valid():
+    from pathlib import Path
+
+    config = load_config(Path(__file__).resolve().parents[2] / "examples" / "agent-config.toml")
+    assert config.plugins == ["line_count"] and config.context.compact_target == 0.5
+    assert config.sandbox.memory == "4g" and config.embedded.engine["kv_budget_tokens"] == 262144
