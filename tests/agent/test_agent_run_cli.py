@@ -99,12 +99,17 @@ def test_ctrl_c_interrupts_and_resume_finishes_the_run(tmp_path, docker_client, 
     trajectory = tmp_path / "run.jsonl"
     proc = subprocess.Popen([HORIZON, "run", "fix it", "--repo", str(repo), "--model", f"replay:{script}",
                              "--trajectory", str(trajectory)], stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (trajectory.exists() and "sleep 60" in trajectory.read_text()):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 130, proc.stderr.read()
+    try:
+        deadline = time.monotonic() + 120
+        while not (trajectory.exists() and "sleep 60" in trajectory.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130, proc.stderr.read()
+    finally:
+        if proc.poll() is None:  # a second Ctrl-C aborts; the sandbox's exit hook removes the container
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
     state = load_trajectory(trajectory)
     assert state.finish_reason == "interrupted" and state.usage.calls == 2
     assert "+    return a + b" in state.checkpoint_patch
