@@ -61,10 +61,12 @@ class AttachedProcess:
             pass
 
     def pump(self, deadline: float) -> bool:
-        """Read what is available (waiting until `deadline` for something); False on timeout."""
+        """Read what is available, waiting briefly (never past `deadline`); False if nothing came."""
         if self.closed:
             raise StreamClosed("the process's output stream is closed")
-        remaining = max(0.0, deadline - time.monotonic())
+        # Bounded waits: a close() from another thread does not always wake select(), so look
+        # at `closed` again at least every quarter second.
+        remaining = min(0.25, max(0.0, deadline - time.monotonic()))
         try:
             ready, _, _ = select.select([self._sock], [], [], remaining)
         except (OSError, ValueError) as exc:  # closed by another thread (Sandbox.close)

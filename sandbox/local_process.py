@@ -31,7 +31,7 @@ class LocalProcess:
         if self.closed:
             raise StreamClosed("the local shell is closed")
         out, err = self._proc.stdout, self._proc.stderr
-        ready, _, _ = select.select([out, err], [], [], max(0.0, deadline - time.monotonic()))
+        ready, _, _ = select.select([out, err], [], [], min(0.25, max(0.0, deadline - time.monotonic())))
         if not ready:
             return False
         for stream in ready:
