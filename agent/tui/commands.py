@@ -14,13 +14,13 @@ class SlashCommand:
 
 COMMANDS: tuple[SlashCommand, ...] = (
     SlashCommand("help", "", "show commands and keys"),
-    SlashCommand("model", "[SPEC]", "show the model, or switch to embedded:PATH | openai:URL | replay:FILE"),
-    SlashCommand("effort", "low|medium|high|max|none", "set the reasoning effort of the next model calls"),
+    SlashCommand("model", "[SPEC]", "show the model, or switch to another spec"),
+    SlashCommand("effort", "low|medium|high|max|none", "reasoning effort of the next model calls"),
     SlashCommand("mode", "ask|auto-edit|auto", "set the approval mode (Shift+Tab cycles)"),
     SlashCommand("compact", "", "compact the conversation now"),
     SlashCommand("diff", "", "show the workspace changes so far"),
     SlashCommand("undo", "", "revert the last file edit"),
-    SlashCommand("clear", "", "start a fresh conversation (the old one stays saved)"),
+    SlashCommand("clear", "", "new conversation (the old one stays saved)"),
     SlashCommand("sessions", "", "list saved sessions"),
     SlashCommand("resume", "[ID]", "restore a saved session (default: the latest)"),
     SlashCommand("tools", "", "list the tools the agent can call"),
@@ -42,13 +42,18 @@ def complete_command(prefix: str) -> list[str]:
     return [c.name for c in COMMANDS if c.name.startswith(prefix.lower())]
 
 
-def help_text() -> str:
-    rows = [f"| `/{c.name} {c.args}`".rstrip() + f" | {c.help} |" for c in COMMANDS]
-    keys = [
-        "| `Esc` | interrupt the agent |",
-        "| `Ctrl+C` | interrupt; press again to exit |",
-        "| `Shift+Tab` | cycle approval mode |",
-        "| `Tab` | complete a /command or an @path |",
-        "| `@path` | attach a file to your message |",
-    ]
-    return "\n".join(["| command | what it does |", "|---|---|", *rows, *keys])
+KEYS = (
+    ("Esc", "interrupt the agent"),
+    ("Ctrl+C", "interrupt; press again to exit"),
+    ("Shift+Tab", "cycle the approval mode"),
+    ("Tab", "complete a /command or an @path"),
+    ("@path", "attach a file to your message"),
+)
+
+
+def help_text(efforts: str = "low|high|max|none") -> str:
+    """Two aligned columns: compact enough to read whole in an 80x24 terminal."""
+    rows = [(f"/{c.name} {c.args.replace('low|medium|high|max|none', efforts)}".rstrip(), c.help) for c in COMMANDS]
+    rows += list(KEYS)
+    width = max(len(left) for left, _ in rows) + 2
+    return "\n".join(left.ljust(width) + right for left, right in rows)

@@ -48,7 +48,7 @@ class SlashHandler:
         return True
 
     async def cmd_help(self, arg: str) -> None:
-        await self.app.notice(commands.help_text(), format="markdown")
+        await self.app.notice(commands.help_text("|".join(supported_efforts())))
 
     async def cmd_model(self, arg: str) -> None:
         if not arg:
@@ -130,12 +130,12 @@ class SlashHandler:
         if not metas:
             await self.app.notice("no saved sessions")
             return
-        rows = ["| id | updated | title |", "|---|---|---|"]
+        rows = []
         for meta in metas[:20]:
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(meta.updated))
-            current = " (this one)" if meta.id == self.controller.session.id else ""
-            rows.append(f"| `{meta.id}`{current} | {when} | {meta.title.replace('|', '/') or '—'} |")
-        await self.app.notice("\n".join(rows) + "\n\n`/resume ID` opens one.", format="markdown")
+            mark = "*" if meta.id == self.controller.session.id else " "
+            rows.append(f"{mark} {meta.id}  {when}  {meta.title or '—'}")
+        await self.app.notice("\n".join(rows) + "\n/resume ID opens one (* = this session)")
 
     async def cmd_resume(self, arg: str) -> None:
         try:
@@ -147,13 +147,15 @@ class SlashHandler:
 
     async def cmd_tools(self, arg: str) -> None:
         tools = self.controller.tools
-        rows = ["| tool | asks in mode | what it does |", "|---|---|---|"]
+        rows = []
+        width = max((len(n) for n in tools.names), default=0) + 2
         for name in tools.names:
             tool = tools[name]
-            first = (tool.description().splitlines() or [""])[0]
-            asks = "—" if getattr(tool, "read_only", False) else ("ask" if name in EDIT_TOOLS else "ask, auto-edit")
-            rows.append(f"| `{name}` | {asks} | {first} |")
-        await self.app.notice("\n".join(rows), format="markdown")
+            first = (tool.description().split(". ") or [""])[0].splitlines()[0]
+            asks = "never asks" if getattr(tool, "read_only", False) else (
+                "asks in ask" if name in EDIT_TOOLS else "asks in ask, auto-edit")
+            rows.append(f"{name.ljust(width)}{first} ({asks})")
+        await self.app.notice("\n".join(rows))
 
     async def cmd_exit(self, arg: str) -> None:
         await self.app.action_quit_chat()

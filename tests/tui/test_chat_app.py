@@ -144,7 +144,8 @@ async def test_slash_commands_and_completion(make_app):
         assert app.controller.policy.mode == "auto-edit" and "auto-edit" in screen_text(app)
         await pilot.press(*"/tools", "enter")
         await pilot.pause(0.2)
-        assert "find_symbol" in screen_text(app) or app.query("MarkdownNotice")
+        tools_text = str(app.query(".notice").last().render())
+        assert "find_symbol" in tools_text and "str_replace" in tools_text and "never asks" in tools_text
         await pilot.press(*"/model replay:/nonexistent.jsonl", "enter")
         await pilot.pause(0.2)
         assert "cannot use model" in screen_text(app)

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from rich.markup import escape
+from rich.text import Text
 from textual.widgets import Static
 
 
 class ApprovalBar(Static):
     def ask(self, tool: str, title: str) -> None:
         self.update(
-            f"[b]Allow {escape(tool)}?[/b] {escape(title[:200])}\n"
-            f"[b]y[/b] yes · [b]n[/b] no · [b]a[/b] always allow {escape(tool)} · "
-            "or type a reason and Enter to deny · Shift+Tab mode"
+            Text.assemble(
+                (f"Allow {tool}? ", "bold"), title[:200], "\n",
+                ("y", "bold"), " yes · ", ("n", "bold"), " no · ", ("a", "bold"), f" always allow {tool} · ",
+                "or type a reason and Enter to deny · Shift+Tab mode",
+            )
         )
         self.display = True
 

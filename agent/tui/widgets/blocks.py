@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from rich.markup import escape
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Collapsible, Markdown, Static
@@ -14,17 +14,20 @@ from agent.tui.widgets.diff_view import DiffView, edit_preview, looks_like_diff
 OUTPUT_PREVIEW_CHARS = 20_000
 
 
+# User, model and tool text is wrapped in Text, never parsed as markup: "[ID]" or "[b]" stay literal.
+
+
 class UserBlock(Static):
     def __init__(self, text: str, attachments: list[str]):
-        body = f"[b]›[/b] {escape(text)}"
+        body = Text.assemble(("› ", "bold"), text)
         if attachments:
-            body += "\n  [dim]attached: " + ", ".join(escape(a) for a in attachments) + "[/dim]"
+            body.append("\n  attached: " + ", ".join(attachments), style="dim")
         super().__init__(body, classes="user")
 
 
 class NoticeBlock(Static):
     def __init__(self, text: str, kind: str = "info"):
-        super().__init__(escape(text), classes=f"notice {kind}")
+        super().__init__(Text(text), classes=f"notice {kind}")
 
 
 class MarkdownNotice(Markdown):
@@ -42,7 +45,7 @@ class ReasoningBlock(Collapsible):
 
     def add(self, delta: str) -> None:
         self.text += delta
-        self.body.update(escape(self.text.strip()))
+        self.body.update(Text(self.text.strip()))
 
     def close(self) -> None:
         words = len(self.text.split())
@@ -107,7 +110,7 @@ class ToolBlock(Vertical):
     def _set_header(self, detail: str = "") -> None:
         mark = {"pending": "○", "running": "◐", "ok": "●", "error": "✗", "denied": "⊘"}[self.state]
         title = tool_title(self.tool, self.args)
-        self.header.update(f"[b]{mark}[/b] {escape(title)}" + (f"  [dim]{escape(detail)}[/dim]" if detail else ""))
+        self.header.update(Text.assemble((mark + " ", "bold"), title, ("  " + detail if detail else "", "dim")))
         self.set_class(self.state == "error", "failed")
 
     async def show_preview(self, current: str | None) -> None:
@@ -133,7 +136,7 @@ class ToolBlock(Vertical):
             return
         shown = output[:OUTPUT_PREVIEW_CHARS]
         is_diff = looks_like_diff(shown)
-        body = DiffView(shown) if is_diff else Static(escape(shown.rstrip()), classes="tool-output")
+        body = DiffView(shown) if is_diff else Static(Text(shown.rstrip()), classes="tool-output")
         expanded = is_diff or denied or (is_error and lines <= 12)
         await self.mount(Collapsible(body, title="output", collapsed=not expanded))
 
