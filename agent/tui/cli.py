@@ -8,6 +8,8 @@ from pathlib import Path
 
 from agent.tui.approval import MODES
 
+THEMES = {"dark": "textual-dark", "light": "textual-light"}
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("chat", help="interactive coding assistant on a repository (Textual TUI)")
@@ -17,6 +19,7 @@ def register(subparsers) -> None:
     p.add_argument("--resume", nargs="?", const="", metavar="ID", help="restore a session (default: the latest)")
     p.add_argument("--mode", choices=MODES, default="ask", help="approval mode to start in")
     p.add_argument("--effort", choices=supported_efforts(), help="reasoning effort")
+    p.add_argument("--theme", choices=("dark", "light"), default="dark", help="colour theme (Ctrl+P switches later)")
     p.add_argument("--config", help="agent config TOML")
     p.set_defaults(func=run)
 
@@ -77,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             resume_id=args.resume or None,
             resume_latest=resuming and not args.resume,
         )
+        app.theme = THEMES[args.theme]
         app.controller.policy.mode = args.mode
         app.stats.mode = args.mode
         app.run()

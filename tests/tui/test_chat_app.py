@@ -105,6 +105,20 @@ async def test_interrupt_stops_a_running_command_and_ctrl_c_twice_exits(make_app
     assert app.return_code in (0, None)
 
 
+async def test_escape_while_an_approval_waits_interrupts_the_turn(make_app, chat_repo):
+    steps = [{"tool_calls": [call("e1", "create", path="new.txt", file_text="hello\n")]}, {"content": "never"}]
+    app = make_app(steps)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press(*"make a file", "enter")
+        await until(pilot, lambda: approval_shown(app), what="approval")
+        assert "+hello" in app.conversation.tools["e1"].query_one(DiffView).diff
+        await pilot.press("escape")
+        await until(pilot, lambda: not app.controller.busy, what="the interrupt")
+        assert not app.query_one("#approval").display
+        finish = [r for r in app.controller.session.records() if isinstance(r, FinishEvent)]
+        assert finish[-1].reason == "interrupted" and not (chat_repo / "new.txt").exists()
+
+
 async def test_resume_restores_view_and_conversation(make_app, sessions_dir):
     first = make_app([{"content": "Hello! The repository has `calc.py`."}])
     async with first.run_test(size=(80, 24)) as pilot:
