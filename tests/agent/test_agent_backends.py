@@ -115,3 +115,27 @@ def test_openai_text_format_tool_calls_are_parsed_as_a_fallback():
                                                    "<arg_value>ls -la</arg_value></tool_call>"}}]})
     response = stream.result([ToolSpec(**BASH_SPEC)])
     assert response.message.content == "Look:" and response.message.tool_calls[0].arguments == {"command": "ls -la"}
+
+
+def test_embedded_model_output_becomes_a_real_tool_call_in_the_sandbox(tmp_path, tools, sandbox, workdir):
+    """A real forward pass writes a GLM tool call; the agent parses it, runs bash, feeds back the result."""
+    from agent.events import ReasoningDelta, ToolOutput
+    from scripted_model import write_scripted_checkpoint
+
+    checkpoint = write_scripted_checkpoint(tmp_path / "ckpt")
+    sandbox.write_file(f"{workdir}/marker.txt", "hello")
+    config = AgentConfig(max_steps=2, embedded={"max_new_tokens": 64, "temperature": 0.0, "engine": ENGINE})
+    backend = make_backend(f"embedded:{checkpoint}", config)
+    events = []
+    try:
+        result = Agent(config, backend, tools, on_event=events.append).run("What files are there?")
+    finally:
+        backend.close()
+    assert result.reason == "step_limit"
+    assistant = result.messages[2]
+    assert assistant.reasoning_content == "Need files" and assistant.content == "Listing:"
+    assert [(c.name, c.arguments) for c in assistant.tool_calls] == [("bash", {"command": "ls -la"})]
+    outputs = [e for e in events if isinstance(e, ToolOutput)]
+    assert len(outputs) == 2 and all("marker.txt" in o.output and o.exit_code == 0 for o in outputs)
+    assert "".join(e.text for e in events if isinstance(e, ReasoningDelta) and e.step == 1) == "Need files"
+    assert_previous_turns_cached([e for e in events if isinstance(e, UsageEvent)])
