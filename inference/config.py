@@ -228,6 +228,13 @@ class ModelConfig:
             raise ConfigError(
                 f"num_nextn_predict_layers={self.num_nextn_predict_layers}: expected 0 or 1 (one MTP layer)"
             )
+        unsupported = {
+            "scoring_func": ("sigmoid",), "topk_method": ("noaux_tc",), "moe_router_dtype": ("float32",),
+            "attention_bias": (False,), "mlp_bias": (False,),
+        }  # fmt: skip
+        for name, allowed in unsupported.items():
+            if name in self.extra and self.extra[name] not in allowed:
+                raise ConfigError(f"{name}={self.extra[name]!r}: only {allowed[0]!r} is supported by this model")
         if self.weight_block_size is not None and any(b <= 0 for b in self.weight_block_size):
             raise ConfigError(f"quantization_config.weight_block_size={self.weight_block_size}: expected positive")
 

@@ -75,6 +75,8 @@ def test_round_trip_through_to_dict():
         (dict(hidden_act="gelu"), "hidden_act"),
         (dict(num_nextn_predict_layers=3), "num_nextn_predict_layers"),
         (dict(quantization_config={"quant_method": "awq"}), "quant_method"),
+        (dict(scoring_func="softmax"), "scoring_func"),
+        (dict(attention_bias=True), "attention_bias"),
     ],
 )
 def test_bad_configs_name_the_field(edit, field):
