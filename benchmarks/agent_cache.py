@@ -64,14 +64,10 @@ class CostModel:
                 + restored_tokens * self.kv_bytes_per_token / self.host_bytes_s)
 
 
-def working_set_tokens(sessions: list[dict], concurrency: int) -> int:
-    """Shared system prefixes once, plus `concurrency` sessions at their mean final context."""
-    systems = {s["system_group"]: s["system_tokens"] for s in sessions}
-    finals = []
-    for s in sessions:
-        ctx = s["task_tokens"] + sum(t["output_tokens"] + t["observation_tokens"] for t in s["turns"][:-1])
-        finals.append(ctx + s["turns"][-1]["output_tokens"])
-    return sum(systems.values()) + round(concurrency * sum(finals) / len(finals))
+def unbounded_capacity(sessions: list[dict]) -> int:
+    """Enough tokens to never evict: every prompt and output of every session."""
+    return sum(s["system_tokens"] + s["task_tokens"] + sum(t["output_tokens"] + t["observation_tokens"] for t in s["turns"])
+               for s in sessions)
 
 
 def replay(sessions: list[dict], policy: str, device_tokens: int, host_tokens: int, page_size: int,
@@ -93,6 +89,9 @@ def replay(sessions: list[dict], policy: str, device_tokens: int, host_tokens: i
     totals = dict(prompt=0, device=0, host=0)
     late_ttft: list[float] = []
     first_token: dict[int, float] = {}
+    # Working set = the peak, over time, of the contexts of live sessions (shared prefixes once).
+    context: dict[int, int] = {}
+    peak_live = 0
     while arrivals or sched.has_work():
         while arrivals and arrivals[0][0] <= now[0]:
             t, i, k = heapq.heappop(arrivals)
@@ -100,6 +99,10 @@ def replay(sessions: list[dict], policy: str, device_tokens: int, host_tokens: i
             seq = Sequence(f"{i}:{k}", prompt, SamplingParams(max_tokens=len(output)),
                            session_id=sessions[i]["session_id"] if policy == "horizon" else None)
             live[id(seq)] = (i, k, t, output)
+            context[i] = len(prompt) + len(output)
+            groups = {sessions[j]["system_group"]: sessions[j]["system_tokens"] for j in context}
+            peak_live = max(peak_live, sum(context.values()) - sum(
+                (sum(1 for j in context if sessions[j]["system_group"] == g) - 1) * n for g, n in groups.items()))
             seqs[id(seq)] = seq
             sched.add(seq)
         if not sched.has_work():
@@ -129,6 +132,8 @@ def replay(sessions: list[dict], policy: str, device_tokens: int, host_tokens: i
                 del live[id(seq)]
                 if k + 1 < len(sessions[i]["turns"]):
                     heapq.heappush(arrivals, (now[0] + sessions[i]["turns"][k]["tool_s"], i, k + 1))
+                else:
+                    del context[i]
     hits = totals["device"] + totals["host"]
     late_ttft.sort()
     return {
@@ -138,6 +143,8 @@ def replay(sessions: list[dict], policy: str, device_tokens: int, host_tokens: i
         "hit_tokens": hits,
         "hit_rate": round(hits / max(1, totals["prompt"]), 4),
         "device_hit_tokens": totals["device"],
+        "device_hit_rate": round(totals["device"] / max(1, totals["prompt"]), 4),
+        "host_hit_rate": round(totals["host"] / max(1, totals["prompt"]), 4),
         "host_hit_tokens": totals["host"],
         "recomputed_tokens": totals["prompt"] - hits,
         "capacity_tokens": allocator.num_pages * page_size,
@@ -145,6 +152,7 @@ def replay(sessions: list[dict], policy: str, device_tokens: int, host_tokens: i
         "late_turn_ttft_mean_s": round(sum(late_ttft) / max(1, len(late_ttft)), 4),
         "late_turn_ttft_p90_s": round(late_ttft[int(0.9 * (len(late_ttft) - 1))], 4) if late_ttft else 0.0,
         "preemptions": sched.num_preemptions,
+        "peak_live_tokens": peak_live,
         "virtual_time_s": round(now[0], 1),
     }
 
@@ -172,9 +180,10 @@ def main(argv: list[str] | None = None) -> int:
             sessions = [json.loads(line) for line in f if line.strip()]
     else:
         sessions = list(trace_module.generate(a.sessions, a.concurrency, a.scale, 1.0, 1, a.seed))
-    ws = working_set_tokens(sessions, a.concurrency)
-    device = ws // 2
     cost = CostModel()
+    # The working set is measured, not guessed: the peak live context of an unbounded replay.
+    ws = replay(sessions, "unbounded", unbounded_capacity(sessions), 0, a.page_size, a.ttl, cost)["peak_live_tokens"]
+    device = ws // 2
     print(f"# {len(sessions)} sessions, {a.concurrency} concurrent, working set {ws} tokens: "
           f"device {device}, host {ws - device}, page {a.page_size}", flush=True)
     results = {}

@@ -117,6 +117,9 @@ class Engine:
         return handle
 
     def generate(self, requests: Iterable[GenerateRequest]) -> list[GenerateResult]:
+        requests = list(requests)
+        for r in requests:  # all or nothing: a bad request must not leave its batch-mates running
+            self._validate(r)
         handles = [self.submit(r) for r in requests]
         return [h.result() for h in handles]
 
