@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
+# bash names functions read from stdin "main" in its messages ("main: line 19: cd: ..."); the
+# command runs inside such a function, so show what an interactive shell would say instead.
+_BASH_PREFIX = re.compile(r"(?m)^main: line \d+: ")
+
 
 class HeadTailBuffer:
     def __init__(self, limit: int):
@@ -35,4 +41,5 @@ def render_output(head: bytes, tail: bytes, total: int) -> tuple[str, bool]:
             f"\n[... {total - kept} bytes cut: the output was {total} bytes; "
             f"showing the first {len(head)} and the last {len(tail)} ...]\n"
         )
-    return text + tail.decode("utf-8", "replace"), total > kept
+    text += tail.decode("utf-8", "replace")
+    return _BASH_PREFIX.sub("bash: ", text), total > kept

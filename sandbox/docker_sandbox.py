@@ -129,7 +129,7 @@ class Sandbox:
                 raw = self._shell.run(command, timeout=timeout, stdin_path=stdin_path,
                                       head=limit // 2, tail=limit - limit // 2)
             except (ShellDied, StreamClosed) as exc:
-                return self._after_shell_death(exc, start)
+                return self._after_shell_death(exc, start, limit)
             output, truncated = render_output(raw.head, raw.tail, raw.total_bytes)
             if raw.oom_kills:
                 output += (f"\n[a process was killed by the out-of-memory killer "
@@ -141,7 +141,7 @@ class Sandbox:
             return ExecResult(raw.exit_code, output, raw.timed_out, truncated, time.monotonic() - start,
                               raw.oom_kills > 0, raw.total_bytes)
 
-    def _after_shell_death(self, exc: Exception, start: float) -> ExecResult:
+    def _after_shell_death(self, exc: Exception, start: float, limit: int) -> ExecResult:
         if self._closed:
             raise SandboxClosed(f"sandbox {self.container_id[:12]} was closed while the command ran") from None
         died = self._death_error()
@@ -154,9 +154,13 @@ class Sandbox:
                 died = self._death_error(settle=5.0) or SandboxError(
                     f"the sandbox shell exited and could not be restarted: {restart_exc}")
             else:
+                # What the command printed before the shell died (e.g. "unbound variable") is still spooled.
+                left = self.exec_once(["sh", "-c", 'tail -c "$1" -- "$2" 2>/dev/null; rm -f -- "$2"', "sh",
+                                       str(limit), self._shell.last_spool], timeout=30, output_limit=limit)
                 note = (f"[the shell exited (code {code}); a new shell was started in {self.config.workdir}: "
                         "working directory, variables and functions were reset]\n")
-                return ExecResult(code if code is not None else 1, note, False, False, time.monotonic() - start)
+                output = left.output + ("\n" if left.output and not left.output.endswith("\n") else "") + note
+                return ExecResult(code if code is not None else 1, output, False, False, time.monotonic() - start)
         self.close()
         raise died from None
 

@@ -89,8 +89,18 @@ class LocalSandbox:
                                       head=limit // 2, tail=limit - limit // 2)
             except ShellDied as exc:
                 self._shell.restart()
-                note = f"[the shell exited (code {exc.exit_code}); a new shell was started: state was reset]\n"
-                return ExecResult(exc.exit_code if exc.exit_code is not None else 1, note, False, False,
+                spool = Path(self._shell.last_spool)
+                left = b""
+                if spool.is_file():
+                    with spool.open("rb") as fh:
+                        fh.seek(max(0, spool.stat().st_size - limit))
+                        left = fh.read(limit)
+                    spool.unlink()
+                output, _ = render_output(left, b"", len(left))
+                if output and not output.endswith("\n"):
+                    output += "\n"
+                output += f"[the shell exited (code {exc.exit_code}); a new shell was started: state was reset]\n"
+                return ExecResult(exc.exit_code if exc.exit_code is not None else 1, output, False, False,
                                   time.monotonic() - start)
             output, truncated = render_output(raw.head, raw.tail, raw.total_bytes)
             if raw.timed_out:

@@ -61,6 +61,7 @@ class PersistentShell:
         self.shell: AttachedProcess | None = None
         self.reaper: AttachedProcess | None = None
         self.pid = self.uid = self.gid = 0
+        self.last_spool = ""
         self.start()
 
     def start(self) -> None:
@@ -95,6 +96,7 @@ class PersistentShell:
 
     def run(self, command: str, *, timeout: float, stdin_path: str, head: int, tail: int) -> RawResult:
         token = secrets.token_hex(8)
+        self.last_spool = f"{self._spool_dir}/out-{token}"  # read back if the shell dies mid-command
         shell = self.shell
         shell.stdout.clear()
         encoded = command.encode("utf-8", "surrogateescape")

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import resource
+import threading
 import time
 
-from sandbox import Sandbox, SandboxConfig
+import pytest
+
+from sandbox import Sandbox, SandboxClosed, SandboxConfig
 
 
 def test_state_persists_between_calls(shared_sandbox):
@@ -67,22 +70,43 @@ def test_background_jobs_from_earlier_commands_survive_a_timeout(shared_sandbox)
     assert sb.exec("kill -0 $(cat /tmp/bg.pid) && echo alive; kill $(cat /tmp/bg.pid)").output == "alive\n"
 
 
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * resource.getpagesize() / 2**20
+
+
 def test_huge_output_is_truncated_with_bounded_host_memory(shared_sandbox):
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB, peak so far
-    r = shared_sandbox.exec("head -c 200000000 /dev/zero | tr '\\0' x; echo; echo THE-END", output_limit=10_000,
-                            timeout=120)
-    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    baseline = _rss_mib()
+    peak = [baseline]
+    done = threading.Event()
+
+    def sample():  # current RSS while the command floods its output
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss_mib())
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        r = shared_sandbox.exec("head -c 200000000 /dev/zero | tr '\\0' x; echo; echo THE-END",
+                                output_limit=10_000, timeout=120)
+    finally:
+        done.set()
+        sampler.join()
     assert r.exit_code == 0 and r.truncated and r.output_bytes == 200_000_009
     assert r.output.startswith("x" * 5000) and r.output.endswith("THE-END\n")
     assert "bytes cut: the output was 200000009 bytes" in r.output
     assert len(r.output) < 11_000
-    assert grown_mib < 50, f"host peak RSS grew by {grown_mib:.0f} MiB for 200 MB of output"
+    assert peak[0] - baseline < 50, f"host RSS grew by {peak[0] - baseline:.0f} MiB for 200 MB of output"
 
 
 def test_exit_in_the_shell_starts_a_fresh_one(sandbox):
     r = sandbox.exec("exit 3")
     assert r.exit_code == 3 and "new shell" in r.output
     assert sandbox.exec("pwd").output == "/workspace\n"
+    died = sandbox.exec("set -u; echo before; echo $NOT_SET_ANYWHERE")
+    assert died.exit_code == 1 and died.output.startswith("before\nbash: NOT_SET_ANYWHERE: unbound variable\n")
+    assert sandbox.exec("cd /nonexistent").output == "bash: cd: /nonexistent: No such file or directory\n"
 
 
 def test_exec_once_runs_a_separate_process(shared_sandbox):
@@ -117,12 +141,6 @@ def test_exec_once_merges_stderr_in_order_and_closes_stdin(shared_sandbox):
 
 
 def test_close_from_another_thread_interrupts_a_running_command(base_image, docker_client):
-    import threading
-
-    import pytest
-
-    from sandbox import SandboxClosed
-
     sb = Sandbox.start(SandboxConfig())
     closer = threading.Timer(1.0, sb.close)
     closer.start()
