@@ -12,7 +12,7 @@ class ApprovalBar(Static):
             Text.assemble(
                 (f"Allow {tool}? ", "bold"), title[:200], "\n",
                 ("y", "bold"), " yes · ", ("n", "bold"), " no · ", ("a", "bold"), f" always allow {tool} · ",
-                "or type a reason and Enter to deny · Shift+Tab mode",
+                "or type why not + Enter",
             )
         )
         self.display = True
