@@ -55,12 +55,14 @@ class Engine:
         self.scheduler = Scheduler(config, self.prefix_cache, self.allocator)
         self.runner = ModelRunner(self.model, self.kv_cache, ps)
         self.max_position = self.model_config.max_position_embeddings
-        self.drafter = (MtpDrafter(self.runner, config.num_speculative_tokens, self.max_position, self.scheduler.grow)
+        # A sequence also ends ("length") when it would no longer fit the KV budget with its drafts.
+        self.max_sequence = min(self.max_position, self.num_device_pages * ps - config.num_speculative_tokens)
+        self.drafter = (MtpDrafter(self.runner, config.num_speculative_tokens, self.max_sequence, self.scheduler.grow)
                         if config.num_speculative_tokens > 0 else None)
         start_id, end_id = think_token_ids(Path(checkpoint_path))
         self.think_start_id = config.think_start_id if config.think_start_id is not None else start_id
         self.think_end_id = config.think_end_id if config.think_end_id is not None else end_id
-        self.stops = StopChecker(frozenset(self.model_config.eos_token_id), self.max_position, detokenize)
+        self.stops = StopChecker(frozenset(self.model_config.eos_token_id), self.max_sequence, detokenize)
 
         self._ids = itertools.count()
         self._lock = threading.Lock()  # guards the inbox and abort list
@@ -90,11 +92,9 @@ class Engine:
         bad = next((t for t in req.params.stop_token_ids if not 0 <= t < vocab), None)
         if bad is not None:
             raise EngineError("params.stop_token_ids", f"token id {bad} outside the vocabulary [0, {vocab})")
-        need = min(len(req.prompt_ids) + req.params.max_tokens, self.max_position) + self.config.num_speculative_tokens
-        capacity = self.num_device_pages * self.config.page_size
-        if need > capacity:
-            raise EngineError("prompt_ids", f"prompt + max_tokens = {need} tokens exceed the KV budget of "
-                              f"{capacity} tokens; raise kv_budget_tokens or lower max_tokens")
+        if len(req.prompt_ids) >= self.max_sequence:
+            raise EngineError("prompt_ids", f"prompt of {len(req.prompt_ids)} tokens does not fit the KV budget "
+                              f"({self.max_sequence} tokens per sequence); raise kv_budget_tokens")
         if req.reasoning_effort is not None and (self.think_start_id is None or self.think_end_id is None):
             raise EngineError("reasoning_effort", "the checkpoint has no <think>/</think> tokens; set "
                               "EngineConfig.think_start_id / think_end_id")

@@ -205,3 +205,11 @@ def test_logprobs(engine_checkpoint):
     for tok, lp in zip(res.token_ids, res.logprobs):
         assert lp.token_id == tok and lp.logprob <= 0 and len(lp.top) == 3
         assert lp.top[0][0] == tok  # greedy: the chosen token is the most likely one
+
+
+def test_generation_stops_at_the_kv_budget(engine_checkpoint):
+    eng = engine(engine_checkpoint, kv_budget_tokens=4 * PS)
+    (res,) = eng.generate([req(make_prompt(13, 40), 1000)])
+    assert res.finish_reason == "length" and len(res.token_ids) == 4 * PS - 40
+    with pytest.raises(EngineError, match="KV budget"):
+        eng.submit(req(make_prompt(14, 4 * PS), 1))
