@@ -25,7 +25,13 @@ from sandbox.shell_protocol import SPOOL_DIR
 # The few capabilities a root shell needs to manage files and its own processes.
 CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE"]
 
+START_ATTEMPTS = 3  # engine hiccups under parallel starts are common; bad configs fail at once
+
 _open_sandboxes: weakref.WeakSet = weakref.WeakSet()
+
+
+class _TransientStartError(SandboxError):
+    """An engine-side (5xx) failure while creating or starting a container: worth a retry."""
 
 
 @atexit.register
@@ -54,10 +60,23 @@ class Sandbox:
     # -- lifecycle -----------------------------------------------------------------------------
     @classmethod
     def start(cls, config: SandboxConfig | None = None, **overrides) -> Sandbox:
+        """Create and start a container and its shell; transient engine errors are retried."""
         if config is None or overrides:
             base = config.model_dump() if config is not None else {}
             config = SandboxConfig.model_validate({**base, **overrides})
         client = connect(config.docker_host)
+        for attempt in range(START_ATTEMPTS):
+            try:
+                return cls._start_once(client, config)
+            except _TransientStartError as exc:
+                if attempt == START_ATTEMPTS - 1:
+                    raise SandboxError(f"starting a sandbox from {config.image} failed "
+                                       f"{START_ATTEMPTS} times; last error: {exc}") from None
+                time.sleep(0.5 * (attempt + 1))  # stagger retries of parallel starts
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _start_once(cls, client, config: SandboxConfig) -> Sandbox:
         container = _create_container(client, config)
         sandbox = cls(config, client, container)
         try:
@@ -78,6 +97,8 @@ class Sandbox:
             import docker
 
             if isinstance(exc, docker.errors.APIError):
+                if exc.is_server_error():
+                    raise _TransientStartError(exc.explanation or str(exc)) from exc
                 raise SandboxError(f"starting a sandbox from {config.image} failed: {exc.explanation or exc}") from exc
             raise
         return sandbox
@@ -278,4 +299,6 @@ def _create_container(client, config: SandboxConfig):
         hint = " (build it with `horizon sandbox build`)" if config.image.startswith("horizon/") else ""
         raise ImageNotFound(f"image {config.image!r} is not present locally and images are never pulled{hint}") from exc
     except docker.errors.APIError as exc:
+        if exc.is_server_error():
+            raise _TransientStartError(exc.explanation or str(exc)) from exc
         raise SandboxError(f"creating a sandbox from {config.image} failed: {exc.explanation or exc}") from exc

@@ -131,3 +131,12 @@ def test_explicit_mount(base_image, tmp_path):
 def test_memory_is_normalized():
     assert SandboxConfig(memory="1.5g").memory_bytes == 1536 * 1024**2
     assert SandboxConfig(memory=64 * 1024**2).memory_bytes == 64 * 1024**2
+
+
+def test_engine_rejections_are_reported_without_leaks(base_image, docker_client):
+    from sandbox import SandboxError
+
+    before = {c.id for c in docker_client.containers.list(all=True)}
+    with pytest.raises(SandboxError, match="CPUs"):
+        Sandbox.start(SandboxConfig(cpus=4096))
+    assert {c.id for c in docker_client.containers.list(all=True)} <= before
