@@ -55,6 +55,8 @@ def test_six_repositories_three_at_a_time(tmp_path, docker_client, calc_repo_fac
     assert code == 1  # an error job and an invalid line
     err = capsys.readouterr().err
     assert "invalid job: line 3: field 'task': Input should be a valid string (got 5)" in err
+    assert "6 jobs: 2 fixed, 1 tests-failed, 1 no-change, 2 error; 1 invalid lines" in err
+    assert "[6/6]" in err and "error too-slow: timed out after 4s" in err
     records = [json.loads(l) for l in (out / "results.jsonl").read_text().splitlines()]
     by_id = {r["id"]: r for r in records}
     assert len(records) == 6 and set(by_id) == {j["id"] for j in jobs}
