@@ -10,7 +10,7 @@
         read_only = True
 
         def run(self, args: WordCountArgs) -> str:
-            return str(len(self.ctx.sandbox.read_file(args.path).split()))
+            return str(len(self.ctx.sandbox.read_file(self.ctx.resolve(args.path)).split()))
 
 The JSON schema the model sees comes from `Args`, the description from the docstring. Arguments are
 validated before `run` is called; a validation error goes back to the model as the tool's result.
