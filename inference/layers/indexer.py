@@ -10,7 +10,6 @@ which the rotation is an exact no-op.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from inference.config import ModelConfig
@@ -70,10 +69,12 @@ class Indexer(nn.Module):
         q = self._rotate(self.wq_b(q_latent).view(n, self.n_heads, self.head_dim), rope)
         q = meta.to_padded(q).float().reshape(b, t * self.n_heads, self.head_dim)
         keys = key_cache[meta.key_slots].float()  # [B, S, D]: one key per token, shared by all heads
-        scores = F.relu(torch.bmm(q, keys.transpose(1, 2)) * self.head_dim**-0.5)  # [B, T*H, S]
+        scores = torch.bmm(q, keys.transpose(1, 2)).relu_()  # [B, T*H, S]
         if head_weights is None:
             head_weights = self.weights_proj(x.to(self.weights_proj.weight.dtype))
-        w = meta.to_padded(head_weights.float() * self.n_heads**-0.5)  # [B, T, H]
+        # ReLU commutes with the positive 1/sqrt(d), so it scales the small [T, H] weights instead
+        # of the [T, H, S] scores (as DeepSeek's reference and vLLM do).
+        w = meta.to_padded(head_weights.float() * (self.n_heads**-0.5 * self.head_dim**-0.5))  # [B, T, H]
         logits = torch.bmm(w.view(b * t, 1, self.n_heads), scores.view(b * t, self.n_heads, s)).view(b, t, s)
         logits = logits.masked_fill(~meta.key_valid, float("-inf"))
         top = stable_topk(logits, self.topk)
