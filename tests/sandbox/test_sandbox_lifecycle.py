@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -64,9 +65,17 @@ def test_eight_parallel_sandboxes_are_isolated(base_image):
         assert host_file == f"host-{i}"
 
 
-def test_gc_removes_a_leaked_container(base_image, docker_client):
+def _leak(monkeypatch) -> Sandbox:
+    """A sandbox nobody will close, as a crashed run leaves it, under a run id of its own (so gc
+    cannot touch sandboxes other tests of this session still use)."""
+    monkeypatch.setenv("HORIZON_RUN_ID", f"leak-{uuid.uuid4().hex[:8]}")
     leaked = Sandbox.start(SandboxConfig())
-    leaked._closed = True  # simulate a crashed run: nobody will remove it
+    leaked._closed = True
+    return leaked
+
+
+def test_gc_removes_a_leaked_container(base_image, docker_client, monkeypatch):
+    leaked = _leak(monkeypatch)
     assert _exists(docker_client, leaked.container_id)
     assert collect_garbage(older_than=3600, run_id=run_id(), docker_client=docker_client) == []
     removed = collect_garbage(run_id=run_id(), docker_client=docker_client)
@@ -74,9 +83,8 @@ def test_gc_removes_a_leaked_container(base_image, docker_client):
     assert any(r.name.startswith("horizon-sb-") for r in removed)
 
 
-def test_gc_cli(base_image, docker_client):
-    leaked = Sandbox.start(SandboxConfig())
-    leaked._closed = True
+def test_gc_cli(base_image, docker_client, monkeypatch):
+    leaked = _leak(monkeypatch)
     env = {**os.environ}
     out = subprocess.run([sys.executable, "-m", "agent.cli.main", "sandbox", "gc", "--run", run_id()],
                          capture_output=True, text=True, env=env, timeout=120)
@@ -136,7 +144,8 @@ def test_memory_is_normalized():
 def test_engine_rejections_are_reported_without_leaks(base_image, docker_client):
     from sandbox import SandboxError
 
-    before = {c.id for c in docker_client.containers.list(all=True)}
+    ours = {"label": f"{RUN_LABEL_KEY}={run_id()}"}
+    before = {c.id for c in docker_client.containers.list(all=True, filters=ours)}
     with pytest.raises(SandboxError, match="CPUs"):
         Sandbox.start(SandboxConfig(cpus=4096))
-    assert {c.id for c in docker_client.containers.list(all=True)} <= before
+    assert {c.id for c in docker_client.containers.list(all=True, filters=ours)} <= before
