@@ -221,6 +221,8 @@ class Engine:
             for o in outcomes:
                 seq = o.item.seq
                 seq.num_computed = o.item.start + o.num_valid
+                if o.item.num_logits <= 1 and o.finish is None:
+                    self.scheduler.cache_prefix(seq)
                 seq.spec_drafted += o.item.num_drafts
                 seq.spec_accepted += o.accepted
                 if o.finish is None and self.drafter is not None:

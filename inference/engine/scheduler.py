@@ -188,6 +188,23 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.appendleft(seq)
 
+    def cache_prefix(self, seq: Sequence) -> None:
+        """Share a running sequence's computed whole pages through the cache right away, so
+        requests that arrive while it is still prefilling (parallel sessions on one system
+        prompt) hit them. Where the tree already held those tokens, switch to its pages."""
+        n_full = min(seq.num_computed // self.page_size, len(seq.pages))
+        if not self.cache.enabled or n_full <= seq.num_tree_pages:
+            return
+        tokens = seq.tokens[:n_full * self.page_size]
+        _, leftover = self.cache.insert(tokens, seq.pages[:n_full])
+        match = self.cache.match(tokens, n_full)
+        self.cache.lock(match.node)
+        if seq.lock_node is not None:
+            self.cache.unlock(seq.lock_node)
+        seq.pages[:n_full] = match.device_pages
+        seq.lock_node, seq.num_tree_pages = match.node, n_full
+        self.allocator.free(leftover)
+
     # ---- release ----
     def release(self, seq: Sequence, retain_session: bool = False) -> None:
         """Hand the sequence's computed whole pages to the prefix cache, free the rest."""

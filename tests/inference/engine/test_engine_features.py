@@ -213,3 +213,16 @@ def test_generation_stops_at_the_kv_budget(engine_checkpoint):
     assert res.finish_reason == "length" and len(res.token_ids) == 4 * PS - 40
     with pytest.raises(EngineError, match="KV budget"):
         eng.submit(req(make_prompt(14, 4 * PS), 1))
+
+
+def test_prefix_is_shared_while_its_first_request_still_runs(engine_checkpoint, hf_greedy):
+    eng = engine(engine_checkpoint, chunk_size=16, max_batch_tokens=16)
+    prompt = make_prompt(15, 70)
+    first = eng.submit(req(prompt, 6))
+    second = eng.submit(req(prompt[:64] + make_prompt(16, 5), 6))
+    r1, r2 = first.result(), second.result()
+    assert r2.usage.cached_tokens == 64  # admitted while the first was decoding
+    assert r1.token_ids == hf_greedy(tuple(prompt), 6)
+    assert r2.token_ids == hf_greedy(tuple(prompt[:64] + make_prompt(16, 5)), 6)
+    s = eng.stats()
+    assert s["free_pages"] + s["device_cached_pages"] == s["total_pages"]
