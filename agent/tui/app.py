@@ -52,6 +52,7 @@ class ChatApp(App):
         Binding("escape", "interrupt", "interrupt", priority=True, show=False),
         Binding("ctrl+c", "ctrl_c", "interrupt / exit", priority=True, show=False),
         Binding("shift+tab", "cycle_mode", "approval mode", priority=True, show=False),
+        Binding("ctrl+q", "quit_chat", "quit", priority=True, show=False),  # stop the agent before leaving
     ]
 
     def __init__(
