@@ -17,6 +17,7 @@ from agent.batch.branches import BranchError, commit_patch_to_branch
 from agent.batch.execute import JobAborted, JobHandle, JobSettings, run_job
 from agent.batch.jobs import BatchJob, JobLineError
 from agent.batch.layout import BatchLayout
+from agent.batch.progress import Progress
 from agent.batch.results import JobResult, ResultsLog
 from agent.batch.summary import BatchSummary, dump, render, summarize
 
@@ -32,7 +33,7 @@ class BatchRunner:
         concurrency: int = 1,
         resume: bool = False,
         branch_prefix: str | None = None,
-        progress: TextIO | None = None,
+        stream: TextIO | None = None,
     ):
         self.layout = BatchLayout(Path(out_dir))
         self.layout.root.mkdir(parents=True, exist_ok=True)
@@ -46,12 +47,10 @@ class BatchRunner:
         self.settings = settings
         self.concurrency = max(1, concurrency)
         self.branch_prefix = branch_prefix
-        self.progress = progress
+        self.stream = stream
+        self.progress = Progress(0, stream)
         self.handles: dict[str, JobHandle] = {}
         self._stopping = threading.Event()
-        self._done = 0
-        self._count_lock = threading.Lock()
-        self._counts: dict[str, int] = {}
 
     def run(self) -> BatchSummary:
         started = time.monotonic()
@@ -63,7 +62,8 @@ class BatchRunner:
         if self.skipped:
             self._say(f"resume: skipping {len(self.skipped)} finished jobs")
         self._say(f"running {len(self.jobs)} jobs, {self.concurrency} at a time -> {self.layout.root}")
-        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="horizon-job") as pool:
+        self.progress = Progress(len(self.jobs), self.stream)
+        with self.progress, ThreadPoolExecutor(self.concurrency, thread_name_prefix="horizon-job") as pool:
             pending: set[Future] = {pool.submit(self._one, job) for job in self.jobs}
             try:
                 while pending:
@@ -88,11 +88,11 @@ class BatchRunner:
         if self._stopping.is_set():
             return None
         handle = self.handles[job.id] = JobHandle(job.id)
-        self._say(f"start {job.id}")
+        self.progress.started(job.id)
         try:
             result = run_job(job, self.settings, self.layout.job(job.id), handle)
         except JobAborted:
-            self._say(f"stopped {job.id} (not recorded; --resume reruns it)")
+            self.progress.dropped(job.id, f"stopped {job.id} (not recorded; --resume reruns it)")
             return None
         finally:
             self.handles.pop(job.id, None)
@@ -100,13 +100,7 @@ class BatchRunner:
             result = self._commit_branch(job, result)
         self.layout.job(job.id).result.write_text(result.model_dump_json(indent=2), encoding="utf-8")
         self.log.append(result)
-        with self._count_lock:
-            self._done += 1
-            self._counts[result.status] = self._counts.get(result.status, 0) + 1
-            tally = ", ".join(f"{n} {status}" for status, n in sorted(self._counts.items()))
-            done = self._done
-        reason = f": {result.reason}" if result.reason else ""
-        self._say(f"[{done}/{len(self.jobs)}] {job.id} {result.status}{reason} ({result.duration_s:.1f}s) | {tally}")
+        self.progress.finished(job.id, result.status, result.reason, result.duration_s)
         return result
 
     def _commit_branch(self, job: BatchJob, result: JobResult) -> JobResult:
@@ -119,5 +113,5 @@ class BatchRunner:
         return result.model_copy(update={"branch": branch})
 
     def _say(self, line: str) -> None:
-        print(line, file=self.progress or sys.stderr, flush=True)
+        print(line, file=self.stream or sys.stderr, flush=True)
 

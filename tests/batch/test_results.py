@@ -50,3 +50,31 @@ def test_summary_counts_tokens_and_cache_rate():
     text = render(s)
     assert "3 jobs: 1 fixed, 0 tests-failed, 1 no-change, 1 error; 1 invalid lines" in text
     assert "50% cached" in text
+
+
+def test_progress_lines_and_live_status_line():
+    import io
+
+    from agent.batch.progress import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    now = [100.0]
+    plain, tty = io.StringIO(), Terminal()
+    for stream in (plain, tty):
+        with Progress(2, stream, clock=lambda: now[0]) as progress:
+            progress.started("a")
+            progress.started("b")
+            now[0] += 7
+            assert progress.status_line() == "⠿ 2 running: a 7s, b 7s · 0/2 done"
+            progress.finished("a", "fixed", None, 7.0)
+            progress.finished("b", "error", "timed out after 5s", 7.0)
+    assert plain.getvalue().splitlines() == [
+        "start a",
+        "start b",
+        "[1/2] a fixed (7.0s) | 1 fixed",
+        "[2/2] b error: timed out after 5s (7.0s) | 1 error, 1 fixed",
+    ]
+    assert "\r\x1b[2K[1/2] a fixed" in tty.getvalue() and "⠿ 1 running: b" in tty.getvalue()
