@@ -139,3 +139,17 @@ def test_kernel_path_matches_the_native_path(model):
     finally:
         model.kernel_backend = "auto"
     assert (out - full).abs().max().item() <= TOL
+
+
+def test_bf16_model_and_cache_run_the_same_path(tiny_checkpoint):
+    """bf16 (the real checkpoints' dtype): the cache follows the model dtype, the router and the
+    indexer head weights stay fp32, and decode stays close to the fp32 reference."""
+    bf16 = load_model(tiny_checkpoint, dtype=torch.bfloat16)
+    fp32 = load_model(tiny_checkpoint, dtype=torch.float32)
+    tokens = _tokens(11, 6, bf16.config.vocab_size)  # <= index_topk: no selection to flip
+    cache = bf16.new_cache(2, PAGE)
+    assert cache.latent[0].dtype == torch.bfloat16
+    out = _run_chunks(bf16, tokens, [4, 1, 1], [1, 0], cache)
+    assert out.dtype == torch.bfloat16 and out.isfinite().all()
+    ref = fp32(torch.tensor([tokens]))[0]
+    assert (out.float() - ref).abs().max().item() < 0.1 * ref.abs().max().item()
