@@ -115,7 +115,10 @@ def replay(sessions: list[dict], policy: str, device_tokens: int, host_tokens: i
         now[0] += cost.step(prefill, batch.restored_pages * page_size)
         for it in batch.items:
             seq = it.seq
+            was_prefill = not seq.in_decode
             seq.num_computed += len(it.token_ids)
+            if was_prefill:
+                sched.cache_prefix(seq)  # as the engine does after every prefill chunk
             if it.num_logits == 0:
                 continue
             i, k, t_arrival, output = live[id(seq)]
