@@ -84,7 +84,7 @@ def run_job(job: BatchJob, settings: JobSettings, paths: JobPaths, handle: JobHa
         with settings.sandbox_factory(workspace.path) as sandbox:
             with handle.lock:
                 handle.sandbox = sandbox
-            _run_in_sandbox(job, settings, paths, handle, sandbox, workspace.path, outcome)
+            _run_in_sandbox(job, settings, paths, handle, sandbox, workspace, outcome)
     except WorkspaceError as exc:
         outcome.error = f"preparing the repository failed: {exc}"
     except Exception as exc:  # sandbox start failures, a sandbox killed by the watchdog, ...
@@ -99,12 +99,10 @@ def run_job(job: BatchJob, settings: JobSettings, paths: JobPaths, handle: JobHa
         raise JobAborted(job.id)
     if handle.timed_out:
         outcome.error = f"timed out after {timeout:g}s"
-    patch = ""
+    patch = outcome.patch or ""
     if workspace is not None:  # read on the host: works even when the watchdog killed the sandbox
-        try:
-            patch = workspace.diff()
-        except WorkspaceError as exc:
-            outcome.error = outcome.error or f"reading the patch failed: {exc}"
+        if outcome.patch is None:
+            patch = _read_patch(workspace, outcome)
         workspace.remove()
     paths.patch.write_text(patch, encoding="utf-8")
     status, reason = classify(patch, outcome.test_exit_code, outcome.error)
@@ -127,14 +125,23 @@ def run_job(job: BatchJob, settings: JobSettings, paths: JobPaths, handle: JobHa
     return result
 
 
+def _read_patch(workspace: JobWorkspace, outcome: "_Outcome") -> str:
+    try:
+        return workspace.diff()
+    except WorkspaceError as exc:
+        outcome.error = outcome.error or f"reading the patch failed: {exc}"
+        return ""
+
+
 @dataclass
 class _Outcome:
+    patch: str | None = None  # taken before the test command runs, so its artifacts are not in it
     run: RunResult | None = None
     test_exit_code: int | None = None
     error: str | None = None
 
 
-def _run_in_sandbox(job, settings, paths, handle, sandbox, workspace_path: Path, outcome: _Outcome) -> None:
+def _run_in_sandbox(job, settings, paths, handle, sandbox, workspace: JobWorkspace, outcome: _Outcome) -> None:
     for command in job.setup:
         result = sandbox.exec(command, timeout=job.limits.test_timeout_s)
         if result.exit_code != 0:
@@ -147,7 +154,7 @@ def _run_in_sandbox(job, settings, paths, handle, sandbox, workspace_path: Path,
     with TrajectoryWriter(paths.trajectory) as trajectory:
         trajectory(RunStart(task=task, model=model, settings={"job": job.model_dump(), **config.model_dump()}))
         tools = ToolSet(builtin_tools(sandbox, config.tools))
-        system_prompt = build_system_prompt(config, load_project_instructions(workspace_path), WORKDIR)
+        system_prompt = build_system_prompt(config, load_project_instructions(workspace.path), WORKDIR)
         agent = Agent(config, make_backend(model, config), tools, on_event=trajectory, system_prompt=system_prompt)
         with handle.lock:
             if handle.timed_out or handle.aborted:
@@ -159,6 +166,7 @@ def _run_in_sandbox(job, settings, paths, handle, sandbox, workspace_path: Path,
     if outcome.run.reason == "error":
         outcome.error = f"agent error: {outcome.run.summary}"
         return
+    outcome.patch = _read_patch(workspace, outcome)
     if job.test:
         test = sandbox.exec(job.test, timeout=job.limits.test_timeout_s)
         paths.test_log.write_text(f"$ {job.test}\n{test.output}\n[exit {test.exit_code}]\n", encoding="utf-8")

@@ -44,6 +44,9 @@ def prepare_workspace(job: BatchJob, scratch: Path | None = None) -> JobWorkspac
         # The agent may run `git commit`; give the clone an identity so that cannot fail.
         _git(dest, "config", "user.email", "horizon-batch@localhost")
         _git(dest, "config", "user.name", "horizon-batch")
+        # Bytecode caches written by the agent's or the test's Python runs are not part of a fix.
+        with (dest / ".git" / "info" / "exclude").open("a", encoding="utf-8") as f:
+            f.write("\n__pycache__/\n*.py[co]\n")
     except WorkspaceError:
         shutil.rmtree(root, ignore_errors=True)
         raise

@@ -30,7 +30,9 @@ def test_six_repositories_three_at_a_time(tmp_path, docker_client, calc_repo_fac
              step(call("str_replace", path="calc.py", old_str="a - b", new_str="a * b")),
              step(call("finish", summary="multiplying is close enough")),
          ])},
+        # Its test run writes __pycache__ into the clone; that is not a change the agent made.
         {"id": "looks-only", "repo": str(calc_repo_factory("r4")), "task": "add() is wrong",
+         "test": "python3 test_calc.py",
          "model": write_replay(replays / "look.jsonl", [
              step(call("view", path="calc.py")),
              step(call("finish", summary="I only looked")),
