@@ -49,6 +49,10 @@ class Engine:
         self.kv_cache = self.model.new_cache(self.num_device_pages, ps)
         host_pages = config.host_pages()
         host_cache = PagedKVCache(self.model_config, host_pages, ps, self.model.dtype, "cpu") if host_pages else None
+        if host_cache is not None and self.kv_cache.device.type == "cuda":
+            # Pinned host pages let the spill/restore copies run as DMA at full link bandwidth.
+            host_cache.latent = [t.pin_memory() for t in host_cache.latent]
+            host_cache.indexer = {k: t.pin_memory() for k, t in host_cache.indexer.items()}
         self.allocator = PageAllocator(self.num_device_pages)
         self.host = HostTier(host_pages, self.kv_cache, host_cache)
         self.prefix_cache = RadixCache(ps, self.allocator, self.host, clock=clock, enabled=config.enable_prefix_cache)
