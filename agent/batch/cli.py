@@ -98,6 +98,7 @@ def _sandbox_factory(image: str | None, config):
             workdir="/workspace",
             network=config.sandbox.network,
             mounts=[Mount(source=str(workspace), target="/workspace")],
+            env={"PYTHONDONTWRITEBYTECODE": "1"},
             **({"memory": config.sandbox.memory} if config.sandbox.memory else {}),
             **({"cpus": config.sandbox.cpus} if config.sandbox.cpus else {}),
         )

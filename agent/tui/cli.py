@@ -98,6 +98,8 @@ def open_workspace_sandbox(repo: Path, read_only: bool, config):
         workdir=settings.workdir,
         network=settings.network,
         mounts=[Mount(source=str(repo), target=settings.workdir, read_only=read_only)],
+        # The repository is the user's own checkout: no root-owned __pycache__ folders left in it.
+        env={"PYTHONDONTWRITEBYTECODE": "1"},
         **({"memory": settings.memory} if settings.memory else {}),
         **({"cpus": settings.cpus} if settings.cpus else {}),
     )
