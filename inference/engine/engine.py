@@ -146,6 +146,11 @@ class Engine:
                 self._wake.notify()
             self._thread.join()
             self._thread = None
+        # Nobody will step for them any more: finish what is left as aborted.
+        with self._step_lock:
+            self._take_inbox()
+            for seq, _ in list(self._live.values()):
+                self._emit(seq, [], [], ("abort", None))
 
     def __enter__(self) -> "Engine":
         return self.start()

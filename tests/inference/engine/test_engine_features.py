@@ -226,3 +226,13 @@ def test_prefix_is_shared_while_its_first_request_still_runs(engine_checkpoint, 
     assert r2.token_ids == hf_greedy(tuple(prompt[:64] + make_prompt(16, 5)), 6)
     s = eng.stats()
     assert s["free_pages"] + s["device_cached_pages"] == s["total_pages"]
+
+
+def test_shutdown_aborts_what_is_left(engine_checkpoint):
+    eng = engine(engine_checkpoint).start()
+    handle = eng.submit(req(make_prompt(17, 20), 10_000, request_id="endless"))
+    next(iter(handle))
+    eng.shutdown()
+    assert handle.result().finish_reason == "abort"
+    s = eng.stats()
+    assert s["running"] == s["waiting"] == 0 and s["free_pages"] + s["device_cached_pages"] == s["total_pages"]
