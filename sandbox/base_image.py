@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox.base_recipe import BaseRecipe, host_debian_mirror
-from sandbox.constants import BASE_IMAGE, LABEL_KEY, RECIPE_LABEL_KEY, cache_dir
+from sandbox.constants import BASE_IMAGE, RECIPE_LABEL_KEY, cache_dir
 from sandbox.docker_client import connect
 from sandbox.errors import ImageBuildError
 
@@ -75,7 +75,7 @@ def ensure_base_image(
             action = "built"
         log(f"docker import {rootfs.name} as {tag}")
         repository, _, image_tag = tag.rpartition(":")
-        changes = [*recipe.import_changes, f"LABEL {RECIPE_LABEL_KEY}={digest}", f"LABEL {LABEL_KEY}=base"]
+        changes = [*recipe.import_changes, f"LABEL {RECIPE_LABEL_KEY}={digest}"]
         client.api.import_image_from_file(str(rootfs), repository=repository, tag=image_tag, changes=changes)
         image = client.images.get(tag)
         if (image.labels or {}).get(RECIPE_LABEL_KEY) != digest:

@@ -7,8 +7,9 @@ import os
 # The tag of the offline-built base image (`horizon sandbox build`); task images are built FROM it.
 BASE_IMAGE = "horizon/base:bookworm"
 
-# Every sandbox container carries this label, so `horizon sandbox gc` can find leftovers.
+# Every sandbox container carries LABEL_KEY=LABEL_VALUE, so `horizon sandbox gc` can find leftovers.
 LABEL_KEY = "dev.horizon.sandbox"
+LABEL_VALUE = "1"
 
 # Identifies the run (test session, eval run) that created a container; from $HORIZON_RUN_ID.
 RUN_LABEL_KEY = "dev.horizon.run"

@@ -14,7 +14,7 @@ from sandbox import files
 from sandbox.attached import AttachedProcess, StreamClosed
 from sandbox.capture import HeadTailBuffer, render_output
 from sandbox.config import SandboxConfig, format_size
-from sandbox.constants import LABEL_KEY, RUN_LABEL_KEY, run_id
+from sandbox.constants import LABEL_KEY, LABEL_VALUE, RUN_LABEL_KEY, run_id
 from sandbox.docker_client import connect
 from sandbox.exec_tar import ExecTar
 from sandbox.errors import ContainerDied, ImageNotFound, SandboxClosed, SandboxError, SandboxTimeout
@@ -279,7 +279,7 @@ def _create_container(client, config: SandboxConfig):
     import docker
     from docker.types import Mount as DockerMount
 
-    labels = {**config.labels, LABEL_KEY: "1", RUN_LABEL_KEY: run_id()}
+    labels = {**config.labels, LABEL_KEY: LABEL_VALUE, RUN_LABEL_KEY: run_id()}
     mounts = [DockerMount(m.target, m.source, type="bind", read_only=m.read_only) for m in config.mounts]
     tmpfs = {}
     if config.read_only_root:

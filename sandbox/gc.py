@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from sandbox.constants import LABEL_KEY, RUN_LABEL_KEY
+from sandbox.constants import LABEL_KEY, LABEL_VALUE, RUN_LABEL_KEY
 from sandbox.docker_client import connect
 
 
@@ -20,7 +20,9 @@ def collect_garbage(*, older_than: float = 0.0, run_id: str | None = None, docke
                     docker_host: str | None = None) -> list[Removed]:
     """Force-remove labelled sandbox containers at least `older_than` seconds old (optionally of one run)."""
     client = docker_client or connect(docker_host)
-    label = [LABEL_KEY] if run_id is None else [LABEL_KEY, f"{RUN_LABEL_KEY}={run_id}"]
+    # Match the value too: a plain `docker run` of an image could inherit a bare LABEL_KEY.
+    ours = f"{LABEL_KEY}={LABEL_VALUE}"
+    label = [ours] if run_id is None else [ours, f"{RUN_LABEL_KEY}={run_id}"]
     now = datetime.now(timezone.utc)
     removed = []
     for container in client.containers.list(all=True, filters={"label": label}):
