@@ -128,6 +128,10 @@ class Sandbox:
             self._container.remove(force=True, v=True)
         except Exception:
             pass  # already gone; `horizon sandbox gc` catches anything a dead engine left behind
+        try:
+            self._client.close()  # each sandbox owns its client; long eval runs must not leak sockets
+        except Exception:
+            pass
 
     @property
     def closed(self) -> bool:

@@ -149,3 +149,18 @@ def test_engine_rejections_are_reported_without_leaks(base_image, docker_client)
     with pytest.raises(SandboxError, match="CPUs"):
         Sandbox.start(SandboxConfig(cpus=4096))
     assert {c.id for c in docker_client.containers.list(all=True, filters=ours)} <= before
+
+
+def test_no_file_descriptors_leak_across_sandboxes(base_image):
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    counts = []
+    for _ in range(5):
+        with Sandbox.start(SandboxConfig()) as sb:
+            sb.exec("echo hi")
+            sb.exec_once(["true"])
+            sb.write_file("/tmp/x", "y")
+            sb.read_file("/tmp/x")
+        counts.append(open_fds())
+    assert counts[-1] <= counts[1], counts
