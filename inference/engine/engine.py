@@ -55,7 +55,8 @@ class Engine:
             host_cache.indexer = {k: t.pin_memory() for k, t in host_cache.indexer.items()}
         self.allocator = PageAllocator(self.num_device_pages)
         self.host = HostTier(host_pages, self.kv_cache, host_cache)
-        self.prefix_cache = RadixCache(ps, self.allocator, self.host, clock=clock, enabled=config.enable_prefix_cache)
+        self.prefix_cache = RadixCache(ps, self.allocator, self.host, clock=clock, enabled=config.enable_prefix_cache,
+                                       copy_page=self._copy_page)
         self.scheduler = Scheduler(config, self.prefix_cache, self.allocator)
         self.runner = ModelRunner(self.model, self.kv_cache, ps)
         self.max_position = self.model_config.max_position_embeddings
@@ -79,6 +80,9 @@ class Engine:
         self._stopping = False
         self.num_steps = 0
         self._hit_tokens = {"prompt": 0, "device": 0, "host": 0}
+
+    def _copy_page(self, src: int, dst: int) -> None:
+        self.kv_cache.copy_pages(torch.tensor([src]), torch.tensor([dst]))
 
     # ---- validation ----
     def _validate(self, req: GenerateRequest) -> None:

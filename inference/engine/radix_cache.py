@@ -24,7 +24,8 @@ from inference.engine.page_allocator import PageAllocator
 
 
 class Node:
-    __slots__ = ("parent", "children", "key", "device_pages", "host_pages", "lock_ref", "last_access", "sessions")
+    __slots__ = ("parent", "children", "key", "device_pages", "host_pages", "lock_ref", "last_access", "sessions",
+                 "tail")
 
     def __init__(self, parent: Optional["Node"], key: tuple, device_pages: Optional[list[int]]):
         self.parent = parent
@@ -35,6 +36,8 @@ class Node:
         self.lock_ref = 0
         self.last_access = 0
         self.sessions: dict[str, float] = {}  # session id -> protection expiry (clock seconds)
+        # A partly filled page that continues this node's tokens (device only): (tokens, page).
+        self.tail: Optional[tuple[tuple, int]] = None
 
     @property
     def on_device(self) -> bool:
@@ -69,12 +72,14 @@ class Match:
 
 class RadixCache:
     def __init__(self, page_size: int, allocator: PageAllocator, host: Optional[HostTier] = None,
-                 clock: Callable[[], float] = time.monotonic, enabled: bool = True):
+                 clock: Callable[[], float] = time.monotonic, enabled: bool = True,
+                 copy_page: Optional[Callable[[int, int], None]] = None):
         self.page_size = page_size
         self.allocator = allocator
         self.host = host if host is not None else HostTier(0)
         self.clock = clock
         self.enabled = enabled
+        self.copy_page = copy_page  # copies one device page's KV (None: accounting only)
         self.root = Node(None, (), [])
         self.root.lock_ref = 1
         self._nodes: set[Node] = set()
@@ -213,6 +218,43 @@ class RadixCache:
             node, i = child, i + n
         return node, leftover
 
+    # ---- partial last pages ----
+    def attach_tail(self, node: Node, tokens: tuple, page: int) -> bool:
+        """Keep a finished sequence's partly filled last page after `node`, so its next turn
+        reuses every token with KV, not just the whole pages. False: the caller frees the page."""
+        if not self.enabled or node.parent is None or not node.on_device or not tokens:
+            return False
+        self._drop_tail(node)
+        node.tail = (tokens, page)
+        self.device_cached_pages += 1
+        return True
+
+    def match_tail(self, node: Node, tokens, start: int, limit: int) -> tuple[Optional[int], int]:
+        """(tail page, n) when the first n > 0 tokens of tokens[start:limit] continue `node` in
+        its tail page; (None, 0) otherwise."""
+        if node.tail is None or not node.on_device:
+            return None, 0
+        tail_tokens, page = node.tail
+        n = 0
+        for a, b in zip(tail_tokens, tokens[start:limit]):
+            if a != b:
+                break
+            n += 1
+        return (page, n) if n else (None, 0)
+
+    def copy_tail(self, page: int) -> int:
+        """A private copy of a tail page for a sequence that continues writing into it."""
+        new = self.allocator.alloc(1)[0]
+        if self.copy_page is not None:
+            self.copy_page(page, new)
+        return new
+
+    def _drop_tail(self, node: Node) -> None:
+        if node.tail is not None:
+            self.allocator.free([node.tail[1]])
+            self.device_cached_pages -= 1
+            node.tail = None
+
     # ---- session retention ----
     def retain(self, session_id: str, node: Node, ttl_s: float) -> None:
         """Protect the path to `node` for `ttl_s`; the session's previous path loses protection."""
@@ -268,6 +310,7 @@ class RadixCache:
         return self.allocator.num_free >= num_pages
 
     def _evict_device(self, node: Node, now: float) -> None:
+        self._drop_tail(node)
         n = len(node.device_pages)
         if self.host.enabled and self._make_host_room(n, now, exclude=node):
             node.host_pages = self.host.spill(node.device_pages)
@@ -302,6 +345,7 @@ class RadixCache:
     def _delete_subtree(self, node: Node) -> None:
         for child in list(node.children.values()):
             self._delete_subtree(child)
+        self._drop_tail(node)
         if node.on_device:
             self.allocator.free(node.device_pages)
             self.device_cached_pages -= len(node.device_pages)

@@ -124,8 +124,10 @@ class Scheduler:
             self.cache.lock(match.node)
             n_host = match.num_host_pages
             num_cached = (len(match.device_pages) + n_host) * self.page_size
-            n_feed = min(len(seq.tokens) - num_cached, self.config.chunk_size, budget)
-            need = n_host + self._pages_for(num_cached + n_feed) - len(match.device_pages) - n_host
+            tail_page, n_tail = self.cache.match_tail(match.node, seq.tokens, num_cached, len(seq.tokens) - 1)
+            n_feed = min(len(seq.tokens) - num_cached - n_tail, self.config.chunk_size, budget)
+            # host pages to restore + a copy of the tail page + pages for the new tokens
+            need = self._pages_for(num_cached + n_tail + n_feed) - len(match.device_pages)
             if not self.cache.make_room(need):
                 self.cache.unlock(match.node)
                 break  # no room without preempting running work: wait for it to finish
@@ -134,17 +136,19 @@ class Scheduler:
             self.waiting.remove(seq)
             if not seq.admitted:
                 seq.admitted = True
-                seq.cached_device = (len(match.device_pages) - n_host) * self.page_size
+                seq.cached_device = (len(match.device_pages) - n_host) * self.page_size + n_tail
                 seq.cached_host = n_host * self.page_size
             seq.pages = list(match.device_pages)
             seq.num_tree_pages = len(seq.pages)
+            if n_tail:
+                seq.pages.append(self.cache.copy_tail(tail_page))
             seq.lock_node = match.node
-            seq.num_computed = num_cached
+            seq.num_computed = num_cached + n_tail
             seq.status = Status.RUNNING
             seq.draft_tokens = []
             seq.wait_steps = 0
             self.running.append(seq)
-            self._grow(seq, num_cached + n_feed)
+            self._grow(seq, seq.num_computed + n_feed)
             batch.items.append(self._item(seq, n_feed))
             budget -= n_feed
         return restored
@@ -210,7 +214,11 @@ class Scheduler:
         """Hand the sequence's computed whole pages to the prefix cache, free the rest."""
         n_full = min(seq.num_computed // self.page_size, len(seq.pages))
         node, leftover = self.cache.insert(seq.tokens[:n_full * self.page_size], seq.pages[:n_full])
-        self.allocator.free(leftover + seq.pages[n_full:])
+        rest = seq.pages[n_full:]
+        partial = tuple(seq.tokens[n_full * self.page_size:seq.num_computed])
+        if rest and partial and self.cache.attach_tail(node, partial, rest[0]):
+            rest = rest[1:]
+        self.allocator.free(leftover + rest)
         if seq.lock_node is not None:
             self.cache.unlock(seq.lock_node)
         if retain_session and seq.session_id is not None:

@@ -183,3 +183,21 @@ def test_random_workload_conserves_pages(ops):
         check_invariants(cache, alloc)
     cache.clear()
     assert alloc.num_free == 10 and cache.host.num_free == 6
+
+
+def test_partial_tail_page_is_reused_and_freed_with_its_node():
+    cache, alloc = make(device_pages=4, host_pages=4)
+    a = seq(0, 8)
+    node = put(cache, alloc, a)
+    tail_page = alloc.alloc(1)[0]
+    assert cache.attach_tail(node, (8, 9, 10), tail_page)
+    check_invariants(cache, alloc)
+    m = cache.match(a + [8, 9, 77, 78], 3)
+    assert cache.match_tail(m.node, a + [8, 9, 77, 78], 8, 11) == (tail_page, 2)  # any common prefix
+    assert cache.match_tail(m.node, a + [8, 9, 10], 8, 10) == (tail_page, 2)  # the last token is computed
+    copy = cache.copy_tail(tail_page)
+    assert copy != tail_page
+    alloc.free([copy])
+    assert cache.make_room(4)  # spilling the node to the host drops its device-only tail
+    assert cache.host_cached_pages == 2 and alloc.num_free == 4
+    check_invariants(cache, alloc)
