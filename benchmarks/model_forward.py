@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # One thread: CPU time then measures work, not how busy the machine's other cores are.
     torch.set_num_threads(args.threads)
-    plan = [("tiny", 48, 6, 2)] if args.quick else [("tiny", 512, 32, 5), ("small", 512, 32, 3)]
+    plan = [("tiny", 48, 6, 2)] if args.quick else [("tiny", 512, 32, 5), ("small", 512, 32, 3), ("small", 2048, 16, 2)]
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for preset, prompt_len, steps, reps in plan:

@@ -6,7 +6,7 @@ but weighted by s itself, renormalised over the chosen k and scaled by routed_sc
 
 The experts run as two grouped GEMMs: the (token, expert) assignments are sorted by expert so each
 expert sees one contiguous slice, and `grouped_mm` multiplies every slice by its expert's weights
-in one call. The expert weights are packed [E, 2I, H] (gate rows then up rows) and [E, H, I].
+in one call (on CUDA the Triton fused_moe kernel of `kernels` does it instead, see kernel_path.py). The expert weights are packed [E, 2I, H] (gate rows then up rows) and [E, H, I].
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from inference.layers import kernel_path
 from inference.layers.mlp import SwiGLU
 
 _grouped_mm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+# grouped_mm takes fp32 and bf16 on CPU but only bf16 on CUDA.
+_GROUPED_DTYPES = {"cpu": (torch.float32, torch.bfloat16), "cuda": (torch.bfloat16,)}
 
 
 class TopkRouter(nn.Module):
@@ -64,30 +66,33 @@ class RoutedExperts(nn.Module):
         if kernels is not None:
             return kernel_path.routed_experts(x, self.gate_up_proj, self.down_proj, ids, weights, kernels)
         n, k = ids.shape
+        n_experts = self.gate_up_proj.shape[0]
         flat = ids.reshape(-1)
         order = flat.argsort(stable=True)
         token = order // k
-        counts = torch.bincount(flat, minlength=self.gate_up_proj.shape[0])
-        ends = counts.cumsum(0).to(torch.int32)
+        counts = torch.bincount(flat, minlength=n_experts)
         xs = x.index_select(0, token)
-        gate, up = _grouped(xs, self.gate_up_proj, ends, counts).chunk(2, dim=-1)
-        ys = _grouped(F.silu(gate) * up, self.down_proj, ends, counts)
+        if _grouped_mm is not None and x.dtype in _GROUPED_DTYPES.get(x.device.type, ()) and n * k >= n_experts:
+            ends = counts.cumsum(0).to(torch.int32)
+            gate, up = _grouped_mm(xs, self.gate_up_proj.transpose(1, 2), offs=ends).chunk(2, dim=-1)
+            ys = _grouped_mm(F.silu(gate) * up, self.down_proj.transpose(1, 2), offs=ends)
+        else:
+            ys = self._per_active_expert(xs, counts)
         ys = ys * weights.reshape(-1)[order].unsqueeze(-1).to(ys.dtype)
         return torch.zeros_like(x).index_add_(0, token, ys)
 
-
-def _grouped(x: torch.Tensor, w: torch.Tensor, ends: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    """Rows of x sorted by expert, times each expert's w[e]^T (w is [E, out, in])."""
-    if _grouped_mm is not None and x.dtype in (torch.float32, torch.bfloat16):
-        return _grouped_mm(x, w.transpose(1, 2), offs=ends)
-    # Older torch without grouped_mm: one matmul per *active* expert (never per token).
-    out = x.new_empty(x.shape[0], w.shape[1])
-    start = 0
-    for e, c in enumerate(counts.tolist()):
-        if c:
-            out[start : start + c] = x[start : start + c] @ w[e].T
-            start += c
-    return out
+    def _per_active_expert(self, xs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """One GEMM pair per expert that received tokens (never per token). Used when there are
+        fewer assignments than experts (decode): grouped_mm's CPU implementation visits every
+        expert, empty or not, which then costs more than the arithmetic."""
+        ys = torch.empty_like(xs)
+        start = 0
+        for e, c in enumerate(counts.tolist()):
+            if c:
+                gate, up = F.linear(xs[start : start + c], self.gate_up_proj[e]).chunk(2, dim=-1)
+                ys[start : start + c] = F.linear(F.silu(gate) * up, self.down_proj[e])
+                start += c
+        return ys
 
 
 class MoE(nn.Module):
