@@ -150,3 +150,10 @@ def test_close_from_another_thread_interrupts_a_running_command(base_image, dock
     assert time.monotonic() - start < 30
     closer.join()
     assert not docker_client.containers.list(all=True, filters={"id": sb.container_id})
+
+
+def test_a_shell_that_ignores_the_abort_is_replaced(sandbox):
+    sandbox.exec("cd /tmp")
+    r = sandbox.exec("trap '' USR1; while true; do :; done", timeout=1)
+    assert r.timed_out and "was replaced" in r.output
+    assert sandbox.exec("pwd; echo ok").output == "/workspace\nok\n"
