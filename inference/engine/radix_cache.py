@@ -289,15 +289,27 @@ class RadixCache:
         return not node.on_device and node.lock_ref == 0 and not node.children
 
     def make_room(self, num_pages: int) -> bool:
-        """Evict device pages until `num_pages` are free; False if locked pages prevent it."""
+        """Evict device pages until `num_pages` are free; False if locked pages prevent it.
+        Tail pages are never shared with a running sequence (it gets a copy), so they can go
+        even from locked or inner nodes; they take their node's place in the LRU order."""
         if self.allocator.num_free >= num_pages:
             return True
         now = self.clock()
-        heap = [((self._protected(n, now), n.last_access, id(n)), n) for n in self._nodes if self._device_leaf(n)]
+
+        def entry(n: Node, whole: bool):
+            return (self._protected(n, now), n.last_access, int(whole), id(n)), whole, n
+
+        heap = [entry(n, True) for n in self._nodes if self._device_leaf(n)]
+        heap += [entry(n, False) for n in self._nodes if n.tail is not None and not self._device_leaf(n)]
         heapq.heapify(heap)
         while self.allocator.num_free < num_pages and heap:
-            _, node = heapq.heappop(heap)
-            if node not in self._nodes or not self._device_leaf(node):
+            _, whole, node = heapq.heappop(heap)
+            if node not in self._nodes:
+                continue
+            if not whole:
+                self._drop_tail(node)
+                continue
+            if not self._device_leaf(node):
                 continue
             short = num_pages - self.allocator.num_free
             if node.num_pages > short:
@@ -306,7 +318,7 @@ class RadixCache:
             parent = node.parent
             self._evict_device(node, now)
             if parent is not None and parent in self._nodes and self._device_leaf(parent):
-                heapq.heappush(heap, ((self._protected(parent, now), parent.last_access, id(parent)), parent))
+                heapq.heappush(heap, entry(parent, True))
         return self.allocator.num_free >= num_pages
 
     def _evict_device(self, node: Node, now: float) -> None:

@@ -96,3 +96,65 @@ def test_preempts_youngest_and_resumes_from_cache():
     assert young.num_preemptions >= 1
     sched.cache.clear()
     assert alloc.num_free == 6
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.integers(6, 30), st.integers(0, 12), st.booleans())
+def test_random_sessions_complete_and_conserve_pages(seed, device_pages, host_pages, retain):
+    """Multi-turn sessions, partial pages, host spills, preemption, aborts: every request ends
+    with its exact output, and every page is either free or cached at the end."""
+    import random
+
+    from inference.engine.host_tier import HostTier
+
+    rng = random.Random(seed)
+    clock = [0.0]
+    config = EngineConfig(kv_budget_tokens=device_pages * PS, page_size=PS, max_batch_tokens=rng.choice([4, 9, 32]),
+                          chunk_size=rng.choice([3, 8, 32]), session_ttl_s=5.0 if retain else 0.0)
+    alloc = PageAllocator(device_pages)
+    cache = RadixCache(PS, alloc, HostTier(host_pages), clock=lambda: clock[0])
+    sched = Scheduler(config, cache, alloc)
+    histories = {s: [1000 + s] * rng.randrange(1, 9) for s in range(4)}
+    pending, done = [], []
+    for turn in range(12):
+        s = rng.randrange(4)
+        prompt = histories[s] + [rng.randrange(50) for _ in range(rng.randrange(1, 6))]
+        if len(prompt) + 4 >= device_pages * PS:
+            continue
+        q = Sequence(f"t{turn}", prompt, SamplingParams(max_tokens=rng.randrange(1, 5)), session_id=f"s{s}")
+        sched.add(q)
+        pending.append(q)
+        while sched.has_work() and rng.random() < 0.7:
+            for it in sched.schedule().items:
+                it.seq.num_computed += len(it.token_ids)
+                sched.cache_prefix(it.seq)
+                if it.num_logits:
+                    it.seq.tokens.append(7)
+                    if it.seq.num_output >= it.seq.params.max_tokens:
+                        sched.finish(it.seq, "length")
+                        histories[s] = list(it.seq.tokens)
+            clock[0] += 1.0
+        if pending and rng.random() < 0.1:
+            victim = pending.pop(rng.randrange(len(pending)))
+            sched.finish(victim, "abort")
+    while sched.has_work():
+        for it in sched.schedule().items:
+            it.seq.num_computed += len(it.token_ids)
+            sched.cache_prefix(it.seq)
+            if it.num_logits:
+                it.seq.tokens.append(7)
+                if it.seq.num_output >= it.seq.params.max_tokens:
+                    sched.finish(it.seq, "length")
+    for q in pending:
+        assert q.finish_reason in ("length", "abort")
+        if q.finish_reason == "length":
+            assert q.num_output == q.params.max_tokens
+        assert q.cached_device + q.cached_host <= q.prompt_len - 1
+    assert alloc.num_free + cache.device_cached_pages == device_pages
+    assert cache.host.num_free + cache.host_cached_pages == host_pages
+    cache.clear()
+    assert alloc.num_free == device_pages and cache.host.num_free == host_pages
