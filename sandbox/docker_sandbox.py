@@ -161,10 +161,12 @@ class Sandbox:
                            f"(memory limit {format_size(self.config.memory_bytes)})]\n")
             if raw.timed_out:
                 output += f"\n[timed out after {timeout:g}s: the command's processes were killed]\n"
+            if raw.interrupted:
+                output += "\n[interrupted: the command's processes were killed]\n"
             if raw.note:
                 output += f"\n[{raw.note}]\n"
             return ExecResult(raw.exit_code, output, raw.timed_out, truncated, time.monotonic() - start,
-                              raw.oom_kills > 0, raw.total_bytes)
+                              raw.oom_kills > 0, raw.total_bytes, raw.interrupted)
 
     def _after_shell_death(self, exc: Exception, start: float, limit: int) -> ExecResult:
         if self._closed:
@@ -209,6 +211,17 @@ class Sandbox:
             f"container {self.container_id[:12]} stopped (exit code {state.get('ExitCode')}"
             f"{', ' + state['Error'] if state.get('Error') else ''}): killed from outside or crashed"
         )
+
+    def interrupt(self) -> bool:
+        """Stop the command exec() is running in another thread, as Ctrl-C would: its processes are
+        killed and exec() returns with interrupted=True (exit code 130); the shell keeps its state.
+        Returns False when no command was running."""
+        if self._closed or self._shell is None:
+            return False
+        try:
+            return self._shell.interrupt()
+        except StreamClosed:
+            return False
 
     def exec_once(self, argv: Sequence[str] | str, timeout: float | None = None, *, user: str | None = None,
                   workdir: str | None = None, output_limit: int | None = None) -> ExecResult:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from sandbox.attached import StreamClosed
 from sandbox.capture import HeadTailBuffer, render_output
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxClosed, SandboxError, SandboxTimeout
@@ -105,10 +106,23 @@ class LocalSandbox:
             output, truncated = render_output(raw.head, raw.tail, raw.total_bytes)
             if raw.timed_out:
                 output += f"\n[timed out after {timeout:g}s: the command's processes were killed]\n"
+            if raw.interrupted:
+                output += "\n[interrupted: the command's processes were killed]\n"
             if raw.note:
                 output += f"\n[{raw.note}]\n"
             return ExecResult(raw.exit_code, output, raw.timed_out, truncated, time.monotonic() - start,
-                              raw.oom_kills > 0, raw.total_bytes)
+                              raw.oom_kills > 0, raw.total_bytes, raw.interrupted)
+
+    def interrupt(self) -> bool:
+        """Stop the command exec() is running in another thread, as Ctrl-C would: its processes are
+        killed and exec() returns with interrupted=True (exit code 130); the shell keeps its state.
+        Returns False when no command was running."""
+        if self._closed or self._shell is None:
+            return False
+        try:
+            return self._shell.interrupt()
+        except StreamClosed:
+            return False
 
     def exec_once(self, argv: Sequence[str] | str, timeout: float | None = None, *, user: str | None = None,
                   workdir: str | None = None, output_limit: int | None = None) -> ExecResult:

@@ -14,6 +14,7 @@ class ExecResult:
     duration: float = 0.0  # seconds
     oom_killed: bool = False  # a process of this command was killed by the out-of-memory killer
     output_bytes: int = 0  # how many bytes the command wrote in total, before truncation
+    interrupted: bool = False  # stopped by Sandbox.interrupt() (exit code 130, like Ctrl-C)
 
     @property
     def ok(self) -> bool:

@@ -8,6 +8,7 @@ shell_protocol.py.
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ class RawResult:
     oom_kills: int
     timed_out: bool
     note: str = ""  # what happened to the shell, if anything noteworthy
+    interrupted: bool = False
 
 
 class PersistentShell:
@@ -62,6 +64,9 @@ class PersistentShell:
         self.reaper: AttachedProcess | None = None
         self.pid = self.uid = self.gid = 0
         self.last_spool = ""
+        self._running: str | None = None  # token of the command in flight
+        self._interrupted: str | None = None  # token that interrupt() stopped
+        self._reaper_lock = threading.Lock()  # interrupt() comes from other threads
         self.start()
 
     def start(self) -> None:
@@ -96,6 +101,25 @@ class PersistentShell:
 
     def run(self, command: str, *, timeout: float, stdin_path: str, head: int, tail: int) -> RawResult:
         token = secrets.token_hex(8)
+        self._running = token
+        try:
+            result = self._run(token, command, timeout, stdin_path, head, tail)
+        finally:
+            self._running = None
+        if self._interrupted == token and not result.timed_out:
+            result.interrupted, result.exit_code = True, 130
+        return result
+
+    def interrupt(self) -> bool:
+        """Stop the command in flight (from another thread), as Ctrl-C would; False if none ran."""
+        token = self._running
+        if token is None:
+            return False
+        self._interrupted = token
+        self._reap(token)
+        return True
+
+    def _run(self, token: str, command: str, timeout: float, stdin_path: str, head: int, tail: int) -> RawResult:
         self.last_spool = f"{self._spool_dir}/out-{token}"  # read back if the shell dies mid-command
         shell = self.shell
         shell.stdout.clear()
@@ -156,13 +180,14 @@ class PersistentShell:
         return RawResult(rc, body[:head_len], body[head_len:], total, oom, False)
 
     def _reap(self, token: str) -> None:
-        reaper = self.reaper
-        marker = f"\x1eHZREAPED:{token}\n".encode()
-        reaper.stdout.clear()
-        reaper.send(reap_line(token, self.pid))
-        deadline = time.monotonic() + 10
-        while marker not in reaper.stdout and time.monotonic() < deadline:
-            reaper.pump(deadline)
+        with self._reaper_lock:
+            reaper = self.reaper
+            marker = f"\x1eHZREAPED:{token}\n".encode()
+            reaper.stdout.clear()
+            reaper.send(reap_line(token, self.pid))
+            deadline = time.monotonic() + 10
+            while marker not in reaper.stdout and time.monotonic() < deadline:
+                reaper.pump(deadline)
 
     def _replace_stuck_shell(self) -> None:
         try:

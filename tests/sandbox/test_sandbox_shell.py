@@ -157,3 +157,19 @@ def test_a_shell_that_ignores_the_abort_is_replaced(sandbox):
     r = sandbox.exec("trap '' USR1; while true; do :; done", timeout=1)
     assert r.timed_out and "was replaced" in r.output
     assert sandbox.exec("pwd; echo ok").output == "/workspace\nok\n"
+
+
+@pytest.mark.parametrize("kind", ["docker", "local"])
+def test_interrupt_stops_the_running_command_and_keeps_the_shell(base_image, kind):
+    from sandbox import LocalSandbox
+
+    sb = Sandbox.start(SandboxConfig()) if kind == "docker" else LocalSandbox()
+    with sb:
+        assert sb.interrupt() is False  # nothing running
+        sb.exec("cd /tmp; export KEEP=1; sleep 600 & echo started")  # the background job must survive
+        threading.Timer(1.0, sb.interrupt).start()
+        start = time.monotonic()
+        r = sb.exec("for i in 1 2 3; do sleep 100; done; echo never", timeout=60)
+        assert r.interrupted and r.exit_code == 130 and not r.timed_out and "never" not in r.output
+        assert time.monotonic() - start < 30
+        assert sb.exec("echo $KEEP; jobs -p | wc -l").output == "1\n1\n"
