@@ -225,6 +225,11 @@ class Engine:
             self._take_inbox()
             batch = self.scheduler.schedule()
             if batch is None:
+                if self.scheduler.waiting and not self.scheduler.running:
+                    # Capacity is validated at submit, so this would be a scheduler bug; fail
+                    # loudly rather than spin.
+                    raise RuntimeError(f"scheduler cannot admit {self.scheduler.waiting[0].request_id} "
+                                       f"with {self.allocator.num_free} free pages and nothing running")
                 return
             self.num_steps += 1
             want_hidden = self.drafter is not None
