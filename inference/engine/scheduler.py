@@ -131,6 +131,8 @@ class Scheduler:
             if not self.cache.make_room(need):
                 self.cache.unlock(match.node)
                 break  # no room without preempting running work: wait for it to finish
+            if n_tail and (match.node.tail is None or match.node.tail[1] != tail_page):
+                n_tail = 0  # make_room took the tail page itself: recompute those tokens
             self.cache.restore(match)
             restored += n_host
             self.waiting.remove(seq)

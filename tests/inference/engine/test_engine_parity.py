@@ -72,13 +72,17 @@ def test_restore_from_host_tier(engine_checkpoint, hf_greedy):
     assert eng.stats()["pages_restored"] >= 3
 
 
-def test_preemption_under_tiny_kv_budget(engine_checkpoint, hf_greedy):
-    eng = engine(engine_checkpoint, kv_budget_tokens=6 * PS, enable_prefix_cache=False)
+@pytest.mark.parametrize("prefix_cache", [False, True])
+def test_preemption_under_tiny_kv_budget(engine_checkpoint, hf_greedy, prefix_cache):
+    # With the prefix cache, a preempted request resumes from its own cached pages and its
+    # partly filled last page (copied back), whatever survived the pressure.
+    eng = engine(engine_checkpoint, kv_budget_tokens=6 * PS, enable_prefix_cache=prefix_cache)
     prompts = [PROMPTS[0], PROMPTS[2], PROMPTS[5], PROMPTS[1]]
     results = eng.generate([greedy(p, 12) for p in prompts])
     assert eng.stats()["preemptions"] > 0
     for p, r in zip(prompts, results):
         assert r.token_ids == hf_greedy(tuple(p), 12)
+    eng.clear_cache()
     assert eng.stats()["free_pages"] == 6
 
 
@@ -99,3 +103,30 @@ def test_mtp_speculation_keeps_greedy_output(engine_checkpoint, hf_greedy, k):
         assert r.token_ids == hf_greedy(tuple(p), 12)
         assert r.usage.spec_draft_tokens > 0
         assert 0 <= r.usage.spec_accepted_tokens <= r.usage.spec_draft_tokens
+
+
+def test_cache_pressure_never_changes_greedy_output(engine_checkpoint):
+    """Shared prefixes, multi-turn sessions, tails, host spills and restores, preemption,
+    chunking and speculation all at once, against a plain engine with room for everything."""
+    import random
+
+    rng = random.Random(3)
+    system = make_prompt(500, 37)
+    requests, history = [], {}
+    for i in range(36):
+        sid = f"s{rng.randrange(6)}"
+        prompt = history.get(sid, system) + make_prompt(600 + i, rng.randrange(1, 12))
+        if len(prompt) > 90:
+            prompt = system + make_prompt(700 + i, 5)
+        history[sid] = prompt + make_prompt(800 + i, 3)  # the next turn extends this one
+        requests.append(greedy(prompt, rng.randrange(1, 6), session_id=sid))
+    pressured = engine(engine_checkpoint, kv_budget_tokens=9 * PS, host_budget_tokens=10 * PS, chunk_size=13,
+                       max_batch_tokens=40, num_speculative_tokens=2)
+    plain = engine(engine_checkpoint, enable_prefix_cache=False)
+    got = []
+    for k in range(0, len(requests), 4):  # waves of 4 concurrent requests
+        got += pressured.generate(requests[k:k + 4])
+    want = plain.generate(requests)
+    assert [r.token_ids for r in got] == [r.token_ids for r in want]
+    s = pressured.stats()
+    assert s["pages_restored"] > 0 and s["preemptions"] > 0 and s["hit_rate"] > 0.3

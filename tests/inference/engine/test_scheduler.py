@@ -158,3 +158,18 @@ def test_random_sessions_complete_and_conserve_pages(seed, device_pages, host_pa
     assert cache.host.num_free + cache.host_cached_pages == host_pages
     cache.clear()
     assert alloc.num_free == device_pages and cache.host.num_free == host_pages
+
+
+def test_admission_that_needs_its_own_tail_page_recomputes_those_tokens():
+    sched, alloc = make(pages=6, max_batch_tokens=64, chunk_size=64)
+    first = seq(range(100, 110), n=1, name="first")  # 10 tokens: 2 whole pages + a 2-token tail
+    sched.add(first)
+    while sched.has_work():
+        run_step(sched)
+    assert sched.cache.device_cached_pages == 3
+    # Extends the cached prefix but needs every page: the only thing left to evict is the tail.
+    longer = seq(list(range(100, 111)) + list(range(500, 512)), n=1, name="longer")
+    sched.add(longer)
+    batch = sched.schedule()
+    assert batch.items[0].start == 8 and longer.cached_device == 8
+    assert alloc.num_free + sched.cache.device_cached_pages + len(longer.pages) - longer.num_tree_pages == 6
