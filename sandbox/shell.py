@@ -72,9 +72,11 @@ class PersistentShell:
     def start(self) -> None:
         deadline = time.monotonic() + self._start_timeout
         self.shell = self._spawn(SHELL_PRELUDE)
-        self.pid, self.uid, self.gid = self._wait_ready(self.shell, deadline)
-        if self.reaper is None or self.reaper.closed:
+        new_reaper = self.reaper is None or self.reaper.closed
+        if new_reaper:  # both bashes start up in parallel
             self.reaper = self._spawn(REAPER_PRELUDE)
+        self.pid, self.uid, self.gid = self._wait_ready(self.shell, deadline)
+        if new_reaper:
             self._wait_ready(self.reaper, deadline)
 
     def _spawn(self, prelude: str) -> AttachedProcess:
