@@ -10,6 +10,10 @@ through it is inside its TTL (the agent's tool is running and the next turn will
 Shared prefixes stay resident because every session's match touches them and they are
 ancestors of every session path: they only become leaves once all sessions below are gone.
 Device eviction spills to the host tier when it has (or can make) room, else drops the node.
+
+Hits at any token offset: whole pages are shared in place; a finished sequence's partly filled
+last page stays as its node's *tail* (device only), and a request that continues those tokens
+gets a private copy of it, so only the tokens after the common prefix are recomputed.
 """
 
 from __future__ import annotations
