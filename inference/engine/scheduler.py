@@ -117,10 +117,20 @@ class Scheduler:
 
     def _admit(self, batch: ScheduledBatch, budget: int) -> int:
         restored = 0
+        # First pages of uncached prompts admitted this step: a sibling that starts the same way
+        # (parallel sessions on one system prompt) waits one step and then hits the pages the
+        # first one wrote, instead of computing the same prefix alongside it.
+        computing: set[tuple] = set()
         for seq in self._admission_order():
             if budget <= 0 or len(self.running) >= self.config.max_running:
                 break
             match = self.cache.match(seq.tokens, (len(seq.tokens) - 1) // self.page_size)
+            if self.cache.enabled and not match.device_pages and not match.host_nodes \
+                    and len(seq.tokens) > self.page_size:
+                first_page = tuple(seq.tokens[:self.page_size])
+                if first_page in computing:
+                    continue
+                computing.add(first_page)
             self.cache.lock(match.node)
             n_host = match.num_host_pages
             num_cached = (len(match.device_pages) + n_host) * self.page_size

@@ -239,3 +239,13 @@ def test_shutdown_aborts_what_is_left(engine_checkpoint):
     assert handle.result().finish_reason == "abort"
     s = eng.stats()
     assert s["running"] == s["waiting"] == 0 and s["free_pages"] + s["device_cached_pages"] == s["total_pages"]
+
+
+def test_parallel_sessions_on_one_system_prompt_compute_it_once(engine_checkpoint, hf_greedy):
+    eng = engine(engine_checkpoint)
+    system = make_prompt(18, 48)
+    prompts = [system + make_prompt(19 + i, 7) for i in range(4)]
+    results = eng.generate([req(p, 3, session_id=f"p{i}") for i, p in enumerate(prompts)])
+    assert [r.usage.cached_tokens for r in results] == [0, 48, 48, 48]
+    for p, r in zip(prompts, results):
+        assert r.token_ids == hf_greedy(tuple(p), 3)
