@@ -19,21 +19,14 @@ from inference.chat.conversation import Conversation
 from inference.chat.messages import Message, ToolSpec
 from inference.chat.parser import ContentDelta, FormatError, ReasoningDelta, StreamingParser, ToolCallEvent
 from inference.chat.template import ChatTemplate
-from inference.chat.variants import VARIANTS, normalize_reasoning_effort
-
-
-def detect_variant(chat_template: str | None) -> str:
-    """The template generation a checkpoint ships (exact match), else the agent-friendly 5.2 style."""
-    for name in VARIANTS:
-        if chat_template and chat_template == ChatTemplate(name).jinja_source():
-            return name
-    return "glm-5.2"
+from inference.chat.variants import normalize_reasoning_effort
 
 
 class EmbeddedBackend:
     def __init__(self, path: str | Path, config: EmbeddedConfig | None = None):
         from inference.engine.engine import Engine
         from inference.engine.engine_config import EngineConfig
+        from inference.server.runner import detect_variant  # the server's rules, so both pick the same template
         from inference.tokenizer import Tokenizer
 
         self.config = config or EmbeddedConfig()

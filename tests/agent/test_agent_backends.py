@@ -7,6 +7,8 @@ usage shows the previous turns served from the prefix cache.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agent.backends import make_backend
@@ -139,3 +141,23 @@ def test_embedded_model_output_becomes_a_real_tool_call_in_the_sandbox(tmp_path,
     assert len(outputs) == 2 and all("marker.txt" in o.output and o.exit_code == 0 for o in outputs)
     assert "".join(e.text for e in events if isinstance(e, ReasoningDelta) and e.step == 1) == "Need files"
     assert_previous_turns_cached([e for e in events if isinstance(e, UsageEvent)])
+
+
+def test_embedded_backend_detects_an_edited_template_like_the_server(tmp_path):
+    """A checkpoint whose 5.3-Flash template was edited locally is still run as 5.3-Flash, by agent and server alike."""
+    from inference.chat.template import ChatTemplate
+    from inference.random_checkpoint import write_random_checkpoint
+    from inference.server.runner import detect_variant
+
+    ckpt = tmp_path / "ckpt"
+    write_random_checkpoint(ckpt, preset="tiny", seed=0)
+    edited = ChatTemplate("glm-5.3-flash").jinja_source() + "{#- local edit #}\n"
+    (ckpt / "chat_template.jinja").write_text(edited)
+    tok_config = json.loads((ckpt / "tokenizer_config.json").read_text())
+    tok_config["chat_template"] = edited
+    (ckpt / "tokenizer_config.json").write_text(json.dumps(tok_config))
+    backend = make_backend(f"embedded:{ckpt}", AgentConfig(embedded={"engine": ENGINE}))
+    try:
+        assert backend.variant == "glm-5.3-flash" == detect_variant(backend.tokenizer.chat_template)
+    finally:
+        backend.close()
