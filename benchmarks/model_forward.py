@@ -110,10 +110,14 @@ def measure(ours: dict, hf: dict, reps: int) -> dict[str, float]:
     return best
 
 
-def agreement(ours, hf, prompt: list[int]) -> float:
+def agreement(ours, hf, prompt: list[int]) -> tuple[float, float]:
+    """(max |logit diff|, share of positions within 1e-4). On long prompts a few positions can
+    differ: two indexer scores a few ulp apart (a near-tie) may rank differently under a different
+    summation order, and the top-k then picks another key; that is expected, not an error."""
     with torch.no_grad():
         ref = hf(torch.tensor([prompt])).logits[0]
-    return (ours(torch.tensor([prompt]))[0] - ref).abs().max().item()
+    diff = (ours(torch.tensor([prompt]))[0] - ref).abs().amax(-1)
+    return diff.max().item(), (diff <= 1e-4).float().mean().item()
 
 
 def run(preset: str, prompt_len: int, decode_steps: int, reps: int, workdir: Path) -> dict:
@@ -125,12 +129,14 @@ def run(preset: str, prompt_len: int, decode_steps: int, reps: int, workdir: Pat
     ours = load_model(path, dtype=torch.float32, latent_norm_eps=1e-6)  # transformers' q_a/kv_a eps
     hf = GlmMoeDsaForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
     prompt = torch.randint(0, ours.config.vocab_size, (prompt_len,), generator=torch.Generator().manual_seed(0)).tolist()
+    max_diff, within = agreement(ours, hf, prompt)
     t = measure(ours_measurements(ours, prompt, decode_steps), hf_measurements(hf, prompt, decode_steps), reps)
     result = {
         "preset": preset,
         "prompt_len": prompt_len,
         "decode_steps": decode_steps,
-        "max_abs_logit_diff": agreement(ours, hf, prompt),
+        "max_abs_logit_diff": max_diff,
+        "positions_within_1e-4": within,
         "ours": {"prefill_tok_s": prompt_len / t["ours_prefill"], "decode_tok_s": 1 / t["ours_decode"]},
         "transformers": {
             "prefill_tok_s": prompt_len / t["hf_prefill"],
@@ -161,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(r)
             o, h = r["ours"], r["transformers"]
             print(f"[{preset}] prompt {prompt_len}, decode {steps} steps, batch 1, fp32 CPU "
-                  f"(max |logit diff| vs transformers {r['max_abs_logit_diff']:.2e})")  # fmt: skip
+                  f"(vs transformers: max |logit diff| {r['max_abs_logit_diff']:.2e}, "
+                  f"{100 * r['positions_within_1e-4']:.1f}% of positions within 1e-4)")  # fmt: skip
             print(f"  prefill  ours {o['prefill_tok_s']:10.1f} tok/s   transformers {h['prefill_tok_s']:10.1f} tok/s"
                   f"   ratio {r['prefill_ratio']:.2f}x")  # fmt: skip
             print(f"  decode   ours {o['decode_tok_s']:10.1f} tok/s   transformers generate {h['generate_tok_s']:8.1f} tok/s"

@@ -63,8 +63,11 @@ class Glm5ForCausalLM(nn.Module):
         return self.lm_head.weight.device
 
     def fuse_weights(self) -> None:
-        """Merge linears that share an input into one GEMM each (views, no extra memory); the
-        loader calls this once the weights are in place."""
+        """Prepare loaded weights for inference; the loader calls this once they are in place.
+
+        Linears that share an input become one GEMM (the originals are views, no extra memory),
+        and the rows producing RoPE slices are de-interleaved (layers/rope.py). Afterwards
+        state_dict() holds those permuted rows: it is not a checkpoint to save and reload."""
         for module in self.modules():
             if module is not self and hasattr(module, "fuse"):
                 module.fuse()
