@@ -138,10 +138,14 @@ class CreateTool(Tool):
         return ToolResult(output=f"{'overwrote' if kind == 'FILE' else 'created'} {path} ({n} lines)")
 
 
+def diff_labels(path: str) -> tuple[str, str]:
+    """git-style `a/…`, `b/…` names; an absolute path keeps one slash (`a/workspace/x.py`)."""
+    bare = path.lstrip("/")
+    return f"a/{bare}", f"b/{bare}"
+
+
 def unified_diff(path: str, before: str, after: str) -> str:
-    diff = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=3
-    )
+    diff = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True), *diff_labels(path), n=3)
     return "".join(line if line.endswith("\n") else line + "\n" for line in diff).rstrip("\n")
 
 

@@ -59,6 +59,7 @@ def test_str_replace_requires_exactly_one_match_and_shows_diff(tools, sandbox, w
     once = tools.call("str_replace", {"path": "f.py", "old_str": "y = 1\nx = 1", "new_str": "y = 5\nx = 1"})
     assert not once.is_error
     assert "-y = 1" in once.output and "+y = 5" in once.output
+    assert f"--- a{workdir}/f.py\n+++ b{workdir}/f.py\n" in once.output  # a/workspace/…, not a//workspace/…
     assert sandbox.read_file(f"{workdir}/f.py").decode() == "x = 1\ny = 5\nx = 1\n"
 
 

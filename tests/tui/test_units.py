@@ -74,3 +74,12 @@ def test_restore_conversation_replays_compaction_and_answers_dangling_calls():
     messages = restore_conversation(records)
     assert [m.role for m in messages] == ["system", "user", "assistant", "tool"]
     assert messages[1].content == "new" and messages[3].tool_call_id == "c1"
+
+
+def test_edit_preview_names_absolute_paths_with_one_slash():
+    from agent.tui.widgets.diff_view import edit_preview
+
+    diff = edit_preview("str_replace", {"path": "/workspace/calc.py", "old_str": "1", "new_str": "2"}, "x = 1\n")
+    assert diff.startswith("--- a/workspace/calc.py\n+++ b/workspace/calc.py\n") and "+x = 2" in diff
+    relative = edit_preview("create", {"path": "src/new.py", "file_text": "y\n"}, None)
+    assert relative.startswith("--- a/src/new.py\n+++ b/src/new.py\n")

@@ -7,6 +7,8 @@ import difflib
 from rich.text import Text
 from textual.widgets import Static
 
+from agent.tools.files import diff_labels
+
 
 def looks_like_diff(text: str) -> bool:
     lines = text.splitlines()
@@ -32,9 +34,7 @@ def edit_preview(tool: str, args: dict, current: str | None) -> str | None:
         after = "".join(lines[:at]) + text + ("" if text.endswith("\n") else "\n") + "".join(lines[at:])
     else:
         return None
-    diff = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=2
-    )
+    diff = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True), *diff_labels(path), n=2)
     return "".join(line if line.endswith("\n") else line + "\n" for line in diff)
 
 
