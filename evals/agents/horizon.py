@@ -13,6 +13,7 @@ import threading
 from agent.backends import make_backend
 from agent.config import AgentConfig
 from agent.events import RunStart
+from agent.instructions import build_system_prompt, load_project_instructions_from_sandbox
 from agent.loop import Agent
 from agent.tools import ToolContext, ToolSet, builtin_tools
 from agent.trajectory import TrajectoryWriter
@@ -42,7 +43,11 @@ class HorizonAgent:
         writer = TrajectoryWriter(path)
         writer(RunStart(task=ctx.task.instruction, model=self.model,
                         settings={"task_id": ctx.task.id, "format": ctx.task.format, **config.model_dump(mode="json")}))
-        agent = Agent(config, backend, tools, on_event=writer)
+        # The task's own folder (not the default /workspace) and its AGENTS.md, as `horizon run` does.
+        system_prompt = build_system_prompt(
+            config, load_project_instructions_from_sandbox(ctx.sandbox, ctx.workdir), ctx.workdir
+        )
+        agent = Agent(config, backend, tools, on_event=writer, system_prompt=system_prompt)
         stop = threading.Event()
         watchdog = threading.Thread(target=lambda: stop.wait(ctx.remaining()) or agent.interrupt(), daemon=True)
         watchdog.start()

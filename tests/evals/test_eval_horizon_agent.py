@@ -46,6 +46,8 @@ def test_horizon_answers_an_interactive_wizard_through_the_terminal(eval_docker,
     assert all(o.startswith("[terminal screen]") for o in outputs[:4])
     assert "python3 /app/wizard.py" in outputs[0] and "configured_by = wizard" in outputs[4]
     assert events[-1]["type"] == "finish" and events[-1]["reason"] == "submitted"
+    [system] = [e["message"]["content"] for e in events if e["type"] == "message" and e["message"]["role"] == "system"]
+    assert "The repository is at /app." in system and "/workspace" not in system  # the task's workdir
     assert summary.cache_hit_rate is not None and 0 < summary.cache_hit_rate < 1
 
 
