@@ -17,6 +17,9 @@ from inference.forward_batch import AttentionMetadata
 from inference.layers import kernel_path
 from inference.layers.rope import RopeTables, deinterleave_rope_rows
 
+# Largest [rows, heads, keys] score block materialised at once (fp32: 256 MiB).
+MAX_SCORE_ELEMENTS = 1 << 26
+
 
 class Indexer(nn.Module):
     def __init__(self, config: ModelConfig):
@@ -69,13 +72,21 @@ class Indexer(nn.Module):
         q = self._rotate(self.wq_b(q_latent).view(n, self.n_heads, self.head_dim), rope)
         q = meta.to_padded(q).float().reshape(b, t * self.n_heads, self.head_dim)
         keys = key_cache[meta.key_slots].float()  # [B, S, D]: one key per token, shared by all heads
-        scores = torch.bmm(q, keys.transpose(1, 2)).relu_()  # [B, T*H, S]
         if head_weights is None:
             head_weights = self.weights_proj(x.to(self.weights_proj.weight.dtype))
         # ReLU commutes with the positive 1/sqrt(d), so it scales the small [T, H] weights instead
         # of the [T, H, S] scores (as DeepSeek's reference and vLLM do).
         w = meta.to_padded(head_weights.float() * (self.n_heads**-0.5 * self.head_dim**-0.5))  # [B, T, H]
-        logits = torch.bmm(w.view(b * t, 1, self.n_heads), scores.view(b * t, self.n_heads, s)).view(b, t, s)
+        keys_t = keys.transpose(1, 2)
+        logits = keys.new_empty(b, t, s)
+        # The per-head scores are the largest temporary of a prefill step: bound them by chunking
+        # the query rows (one chunk for any decode step).
+        rows = max(1, MAX_SCORE_ELEMENTS // max(1, b * self.n_heads * s))
+        for r0 in range(0, t, rows):
+            r1 = min(t, r0 + rows)
+            scores = torch.bmm(q[:, r0 * self.n_heads : r1 * self.n_heads], keys_t).relu_()  # [B, rows*H, S]
+            part = torch.bmm(w[:, r0:r1].reshape(-1, 1, self.n_heads), scores.view(-1, self.n_heads, s))
+            logits[:, r0:r1] = part.view(b, r1 - r0, s)
         logits = logits.masked_fill(~meta.key_valid, float("-inf"))
         top = stable_topk(logits, self.topk)
         selected = torch.zeros_like(meta.key_valid).scatter_(-1, top, True)

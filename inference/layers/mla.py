@@ -19,7 +19,7 @@ from inference.config import ModelConfig
 from inference.forward_batch import AttentionMetadata
 from inference.layers import kernel_path
 from inference.layers.fusion import fuse_linears
-from inference.layers.indexer import Indexer
+from inference.layers.indexer import MAX_SCORE_ELEMENTS, Indexer
 from inference.layers.norm import RMSNorm
 from inference.layers.rope import RopeTables, deinterleave_rope_rows
 
@@ -151,11 +151,16 @@ class MLAttention(nn.Module):
         kv = self.kv_b_proj(c).view(b, s, h, self.nope + self.v_dim)
         k_nope, v = kv.split([self.nope, self.v_dim], dim=-1)
         k = torch.cat([k_nope, k_pe.unsqueeze(2).expand(b, s, h, self.rope)], dim=-1)  # [B, S, H, D]
-        q = meta.to_padded(torch.cat([q_nope, q_pe], dim=-1))  # [B, T, H, D]
-        q = q.permute(0, 2, 1, 3).reshape(b * h, t, -1)
-        scores = torch.bmm(q, k.permute(0, 2, 3, 1).reshape(b * h, -1, s)) * self.scale  # [B*H, T, S]
-        probs = self._softmax(scores.view(b, h, t, s).transpose(1, 2), hidden, q.dtype)  # [B, T, H, S]
-        out = torch.bmm(probs.transpose(1, 2).reshape(b * h, t, s), v.permute(0, 2, 1, 3).reshape(b * h, s, -1))
+        q = meta.to_padded(torch.cat([q_nope, q_pe], dim=-1)).permute(0, 2, 1, 3).reshape(b * h, t, -1)
+        k = k.permute(0, 2, 3, 1).reshape(b * h, -1, s)
+        v = v.permute(0, 2, 1, 3).reshape(b * h, s, -1)
+        out = q.new_empty(b * h, t, self.v_dim)
+        rows = max(1, MAX_SCORE_ELEMENTS // max(1, b * h * s))  # bound the [B, H, rows, S] scores
+        for r0 in range(0, t, rows):
+            r1 = min(t, r0 + rows)
+            scores = torch.bmm(q[:, r0:r1], k) * self.scale  # [B*H, rows, S]
+            probs = self._softmax(scores.view(b, h, r1 - r0, s).transpose(1, 2), hidden[:, r0:r1], q.dtype)
+            out[:, r0:r1] = torch.bmm(probs.transpose(1, 2).reshape(b * h, r1 - r0, s), v)
         out = out.view(b, h, t, self.v_dim).transpose(1, 2)  # [B, T, H, v]
         return meta.from_padded(out).reshape(-1, h * self.v_dim)
 

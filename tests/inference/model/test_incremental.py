@@ -153,3 +153,17 @@ def test_bf16_model_and_cache_run_the_same_path(tiny_checkpoint):
     assert out.dtype == torch.bfloat16 and out.isfinite().all()
     ref = fp32(torch.tensor([tokens]))[0]
     assert (out.float() - ref).abs().max().item() < 0.1 * ref.abs().max().item()
+
+
+def test_score_chunking_is_exact(model, monkeypatch):
+    """Long prefills bound their [rows, heads, keys] score blocks by chunking query rows; a tiny
+    bound (several chunks per step) must not change any logit."""
+    import inference.layers.indexer as indexer
+    import inference.layers.mla as mla
+
+    tokens = _tokens(12, 26, model.config.vocab_size)
+    full = model(torch.tensor([tokens]))[0]
+    monkeypatch.setattr(indexer, "MAX_SCORE_ELEMENTS", 200)
+    monkeypatch.setattr(mla, "MAX_SCORE_ELEMENTS", 200)
+    chunked = model(torch.tensor([tokens]))[0]
+    assert (chunked - full).abs().max().item() <= TOL  # GEMM blocking may round differently
