@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-ReasoningEffort = Literal["low", "high", "max"]
-# Names other clients use, mapped the way GLM-5.3 front-ends do (glm5-model.md, reasoning effort).
-EFFORT_ALIASES = {"none": "low", "minimal": "low", "medium": "high", "xhigh": "max"}
+# The engine's levels (each has its own thinking budget; `none` forbids thinking). None in the config
+# means the model's default. The chat template only renders Low/High/Max; the backends map for it.
+ReasoningEffort = Literal["none", "low", "medium", "high", "max"]
+REASONING_EFFORTS: tuple[str, ...] = get_args(ReasoningEffort)
+# Names other clients use, mapped onto the nearest level the way the server does.
+EFFORT_ALIASES = {"minimal": "low", "xhigh": "max"}
 
 
 class _Strict(BaseModel):
@@ -117,7 +120,10 @@ class AgentConfig(_Strict):
     @field_validator("reasoning_effort", mode="before")
     @classmethod
     def _effort_alias(cls, value: object) -> object:
-        return EFFORT_ALIASES.get(value, value) if isinstance(value, str) else value
+        if not isinstance(value, str):
+            return value
+        word = value.strip().lower()
+        return EFFORT_ALIASES.get(word, word)
 
 
 class ConfigError(ValueError):

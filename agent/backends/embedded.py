@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 from agent.backends.base import BackendError, BackendInterrupted, BackendResponse, ContextOverflow, OnDelta, Usage
-from agent.config import EmbeddedConfig
+from agent.config import EFFORT_ALIASES, EmbeddedConfig
 from inference.chat.conversation import Conversation
 from inference.chat.messages import Message, ToolSpec
 from inference.chat.parser import ContentDelta, FormatError, ReasoningDelta, StreamingParser, ToolCallEvent
@@ -51,9 +51,12 @@ class EmbeddedBackend:
         cancel: threading.Event | None = None,
         max_tokens: int | None = None,
     ) -> BackendResponse:
+        effort = EFFORT_ALIASES.get(reasoning_effort, reasoning_effort) if reasoning_effort else None
+        # The engine gets the level itself (its thinking budget); the template only knows Low/High/Max,
+        # and for `none` also opens no <think> where the variant can turn thinking off.
         template = ChatTemplate(
-            self.variant, enable_thinking=self.config.enable_thinking, clear_thinking=False,
-            reasoning_effort=normalize_reasoning_effort(reasoning_effort),
+            self.variant, enable_thinking=self.config.enable_thinking and effort != "none", clear_thinking=False,
+            reasoning_effort=normalize_reasoning_effort(effort),
         )
         if tools:
             conv, session = self._session(messages, template, tools)
@@ -73,7 +76,7 @@ class EmbeddedBackend:
         )
         try:
             handle = self.engine.submit(GenerateRequest(
-                prompt_ids=prompt, params=params, session_id=session, reasoning_effort=reasoning_effort,
+                prompt_ids=prompt, params=params, session_id=session, reasoning_effort=effort,
             ))
         except EngineError as exc:
             self.conversation = None

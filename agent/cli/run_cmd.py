@@ -34,7 +34,7 @@ def register(subparsers) -> None:
     p.add_argument("--repo", help="repository folder to copy into the sandbox (default: current folder)")
     p.add_argument("--model", help="embedded:PATH | openai:URL | replay:FILE")
     p.add_argument("--max-steps", type=int, help="model calls before stopping")
-    p.add_argument("--reasoning-effort", help="low | high | max")
+    p.add_argument("--reasoning-effort", help="none (no thinking) | low | medium | high | max (default: the model's own)")
     p.add_argument("--json", action="store_true", help="print every event as a JSON line on stdout")
     p.add_argument("--patch-out", metavar="FILE", help="write the resulting git diff here ('-' for stdout)")
     p.add_argument("--trajectory", metavar="FILE", help="event log (JSONL); default under ~/.cache/horizon/runs")

@@ -19,7 +19,7 @@ from agent.tui.approval import EDIT_TOOLS, MODES
 from agent.tui.completion import attach, mentioned_files
 from agent.tui.controller import ApprovalRequest, ChatController, TurnDone
 from agent.tui.session import Notice, SessionStore, UserTurn
-from agent.tui.slash import SlashHandler
+from agent.tui.slash import DEFAULT_EFFORT, SlashHandler
 from agent.tui.widgets.approval_bar import ApprovalBar
 from agent.tui.widgets.blocks import tool_title
 from agent.tui.widgets.conversation import ConversationView
@@ -91,7 +91,7 @@ class ChatApp(App):
         )
         self.stats = Stats(
             model=model_spec,
-            effort=config.reasoning_effort or "none",
+            effort=config.reasoning_effort or DEFAULT_EFFORT,
             mode=self.controller.policy.mode,
             context_window=config.context.context_window,
         )

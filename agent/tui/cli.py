@@ -18,7 +18,8 @@ def register(subparsers) -> None:
     p.add_argument("--read-only", action="store_true", help="mount the repository read-only in the sandbox")
     p.add_argument("--resume", nargs="?", const="", metavar="ID", help="restore a session (default: the latest)")
     p.add_argument("--mode", choices=MODES, default="ask", help="approval mode to start in")
-    p.add_argument("--effort", choices=supported_efforts(), help="reasoning effort")
+    p.add_argument("--effort", choices=supported_efforts(),
+                   help="reasoning effort: none (no thinking) .. max; default: the model's own (max)")
     p.add_argument("--theme", choices=("dark", "light"), default="dark", help="colour theme (Ctrl+P switches later)")
     p.add_argument("--config", help="agent config TOML")
     p.set_defaults(func=run)
@@ -53,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
     if model is None:
         print("horizon chat: --model is required (embedded:PATH | openai:URL | replay:FILE)", file=sys.stderr)
         return 2
-    effort = None if args.effort in (None, "none") else args.effort
+    from agent.tui.slash import effort_setting
+
+    effort = effort_setting(args.effort) if args.effort else None
     try:
         # A chat turn ends when the model answers without a tool call; headless runs need `finish`.
         config = load_config(args.config, {"require_finish_tool": False, "reasoning_effort": effort})

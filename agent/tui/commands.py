@@ -15,7 +15,7 @@ class SlashCommand:
 COMMANDS: tuple[SlashCommand, ...] = (
     SlashCommand("help", "", "show commands and keys"),
     SlashCommand("model", "[SPEC]", "show the model, or switch to another spec"),
-    SlashCommand("effort", "low|medium|high|max|none", "reasoning effort of the next model calls"),
+    SlashCommand("effort", "[LEVEL]", "reasoning effort: none|low|medium|high|max|default"),
     SlashCommand("mode", "ask|auto-edit|auto", "set the approval mode (Shift+Tab cycles)"),
     SlashCommand("compact", "", "compact the conversation now"),
     SlashCommand("diff", "", "show the workspace changes so far"),
@@ -51,9 +51,9 @@ KEYS = (
 )
 
 
-def help_text(efforts: str = "low|high|max|none") -> str:
+def help_text() -> str:
     """Two aligned columns: compact enough to read whole in an 80x24 terminal."""
-    rows = [(f"/{c.name} {c.args.replace('low|medium|high|max|none', efforts)}".rstrip(), c.help) for c in COMMANDS]
+    rows = [(f"/{c.name} {c.args}".rstrip(), c.help) for c in COMMANDS]
     rows += list(KEYS)
     width = max(len(left) for left, _ in rows) + 2
     return "\n".join(left.ljust(width) + right for left, right in rows)

@@ -5,18 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import get_args
-
-from agent.config import ReasoningEffort
+from agent.config import EFFORT_ALIASES, REASONING_EFFORTS
 from agent.context import ContextManager
 from agent.tui import commands
 from agent.tui.approval import EDIT_TOOLS
 from agent.tui.workspace_ops import workspace_diff
 
-EFFORTS = ("low", "medium", "high", "max", "none")
+# `none` is a real level (no thinking at all); `default` leaves the choice to the model (it thinks at max).
+DEFAULT_EFFORT = "default"
+
+
 def supported_efforts() -> list[str]:
-    """The efforts the issue names that the agent config accepts (plus none)."""
-    return [e for e in EFFORTS if e == "none" or e in get_args(ReasoningEffort)]
+    return [*REASONING_EFFORTS, DEFAULT_EFFORT]
+
+
+def effort_setting(word: str) -> str | None:
+    """What the agent config holds for an /effort or --effort word: a level, or None for the default."""
+    word = EFFORT_ALIASES.get(word.lower(), word.lower())
+    if word not in supported_efforts():
+        raise ValueError(f"effort takes one of {'|'.join(supported_efforts())}, got {word!r}")
+    return None if word == DEFAULT_EFFORT else word
 
 
 NEEDS_IDLE = {"model", "compact", "undo", "clear", "resume"}
@@ -48,7 +56,7 @@ class SlashHandler:
         return True
 
     async def cmd_help(self, arg: str) -> None:
-        await self.app.notice(commands.help_text("|".join(supported_efforts())))
+        await self.app.notice(commands.help_text())
 
     async def cmd_model(self, arg: str) -> None:
         if not arg:
@@ -67,13 +75,17 @@ class SlashHandler:
         await self.app.notice(f"model: {arg}")
 
     async def cmd_effort(self, arg: str) -> None:
-        supported = supported_efforts()
-        if arg not in supported:
-            await self.app.notice(f"/effort takes one of {'|'.join(supported)}, got {arg!r}", kind="error")
+        if not arg:
+            await self.app.notice(f"reasoning effort: {self.app.stats.effort}")
             return
-        self.controller.config.reasoning_effort = None if arg == "none" else arg
-        self.app.stats.effort = arg
-        await self.app.notice(f"reasoning effort: {arg}")
+        try:
+            setting = effort_setting(arg)
+        except ValueError as exc:
+            await self.app.notice(f"/{exc}", kind="error")
+            return
+        self.controller.config.reasoning_effort = setting
+        self.app.stats.effort = setting or DEFAULT_EFFORT
+        await self.app.notice(f"reasoning effort: {self.app.stats.effort}")
 
     async def cmd_mode(self, arg: str) -> None:
         try:

@@ -161,3 +161,27 @@ def test_embedded_backend_detects_an_edited_template_like_the_server(tmp_path):
         assert backend.variant == "glm-5.3-flash" == detect_variant(backend.tokenizer.chat_template)
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("variant", ["glm-5.2", "glm-5.3"])  # 5.3 cannot turn thinking off in the template
+def test_embedded_effort_none_reaches_the_engine_and_yields_no_thinking(tmp_path, variant):
+    """The scripted model thinks "Need files" by default; with effort `none` it answers straight away."""
+    from scripted_model import write_scripted_checkpoint
+
+    checkpoint = write_scripted_checkpoint(tmp_path / "ckpt")
+    replies, submitted = {}, []
+    for effort in ("max", "none"):
+        config = AgentConfig(max_steps=1, reasoning_effort=effort,
+                             embedded={"max_new_tokens": 64, "engine": ENGINE, "variant": variant})
+        backend = make_backend(f"embedded:{checkpoint}", config)
+        submit = backend.engine.submit
+        backend.engine.submit = lambda req, submit=submit: submitted.append(req.reasoning_effort) or submit(req)
+        try:
+            result = Agent(config, backend, ToolSet([FinishTool(ToolContext(sandbox=None))])).run("What files are there?")
+        finally:
+            backend.close()
+        replies[effort] = result.messages[2]
+    assert submitted == ["max", "none"]
+    assert replies["max"].reasoning_content == "Need files"
+    quick = replies["none"]
+    assert quick.reasoning_content is None and quick.content == "Listing:"  # the reply itself is unchanged

@@ -148,6 +148,13 @@ async def test_slash_commands_and_completion(make_app):
         assert prompt.value == "/effort "
         await pilot.press(*"high", "enter")
         assert app.controller.config.reasoning_effort == "high" and app.stats.effort == "high"
+        # `none` is the no-thinking level, not the model default (which is max thinking).
+        await pilot.press(*"/effort none", "enter")
+        assert app.controller.config.reasoning_effort == "none" and app.stats.effort == "none"
+        await pilot.press(*"/effort xhigh", "enter")
+        assert app.controller.config.reasoning_effort == "max" and app.stats.effort == "max"
+        await pilot.press(*"/effort default", "enter")
+        assert app.controller.config.reasoning_effort is None and app.stats.effort == "default"
         await pilot.press(*"/effort bogus", "enter")
         await pilot.pause(0.1)
         assert "/effort takes one of" in screen_text(app)

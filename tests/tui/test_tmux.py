@@ -69,7 +69,7 @@ def test_horizon_chat_in_tmux(tmp_path, docker_client, chat_repo):
         tmux.wait_for("Allow bash?")
         tmux.keys("y")
         screen = tmux.wait_for("the test passes")
-        assert "cache" in screen and "effort none" in screen  # the status line
+        assert "cache" in screen and "effort default" in screen  # the status line
         assert (chat_repo / "calc.py").read_text().endswith("a + b\n")
         tmux.run("resize-window", "-t", "chat", "-x", "120", "-y", "40")
         time.sleep(0.5)

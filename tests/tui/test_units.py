@@ -83,3 +83,21 @@ def test_edit_preview_names_absolute_paths_with_one_slash():
     assert diff.startswith("--- a/workspace/calc.py\n+++ b/workspace/calc.py\n") and "+x = 2" in diff
     relative = edit_preview("create", {"path": "src/new.py", "file_text": "y\n"}, None)
     assert relative.startswith("--- a/src/new.py\n+++ b/src/new.py\n")
+
+
+def test_effort_words_of_the_chat_cli_and_slash_command():
+    import argparse
+    import re
+
+    import pytest
+
+    from agent.tui.cli import register
+    from agent.tui.slash import effort_setting
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    for word in ("none", "low", "medium", "high", "max"):
+        assert effort_setting(parser.parse_args(["chat", "--effort", word]).effort) == word
+    assert effort_setting("default") is None and effort_setting("xhigh") == "max" and effort_setting("minimal") == "low"
+    with pytest.raises(ValueError, match=re.escape("one of none|low|medium|high|max|default, got 'extreme'")):
+        effort_setting("extreme")

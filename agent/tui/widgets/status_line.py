@@ -13,7 +13,7 @@ from agent.events import UsageEvent
 @dataclass
 class Stats:
     model: str = ""
-    effort: str = "none"
+    effort: str = "default"  # no level set: the model's own
     mode: str = "ask"
     context_window: int = 131_072
     context_tokens: int = 0
@@ -80,7 +80,7 @@ class StatusLine(Static):
         # The model name gives way first, so the numbers stay visible at 80 columns.
         room = self.size.width - 2 - len(sep.join(rest)) - len(sep)
         model = short_model(s.model)
-        if len(model) > max(room, 6):
-            model = model[: max(room, 6) - 1] + "…"
+        if len(model) > max(room, 4):
+            model = model[: max(room, 4) - 1] + "…"
         line = ("● " if s.busy else "○ ") + sep.join([model, *rest])
         return Text(line, no_wrap=True, overflow="ellipsis")
