@@ -27,13 +27,11 @@ from inference.random_checkpoint import write_random_checkpoint  # noqa: E402
 
 
 def load_hf(path: Path):
-    from transformers import AutoConfig, GlmMoeDsaForCausalLM
+    from transformers import GlmMoeDsaForCausalLM
     from transformers.utils import logging
 
     logging.set_verbosity_error()
-    config = AutoConfig.from_pretrained(path)
-    config.num_key_value_heads = config.num_attention_heads  # absent from config.json
-    return GlmMoeDsaForCausalLM.from_pretrained(path, config=config, dtype=torch.float32).eval()
+    return GlmMoeDsaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
 
 def prompts(batch: int, length: int, vocab: int) -> list[list[int]]:

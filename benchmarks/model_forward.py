@@ -24,9 +24,12 @@ from pathlib import Path
 
 import torch
 
-from inference.forward_batch import ForwardBatch
-from inference.loader import load_model
-from inference.random_checkpoint import write_random_checkpoint
+# Repository root first: this directory has a kernels.py that would shadow the `kernels` package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from inference.forward_batch import ForwardBatch  # noqa: E402
+from inference.loader import load_model  # noqa: E402
+from inference.random_checkpoint import write_random_checkpoint  # noqa: E402
 
 PAGE = 16
 

@@ -133,7 +133,10 @@ def _plan(config: ModelConfig, expected: dict[str, tuple[int, ...]], shards: _Sh
     experts: dict[str, dict] = defaultdict(dict)
     inter = config.moe_intermediate_size
     names = set(shards.files)
+    mtp_prefix = f"model.layers.{config.num_hidden_layers}."
     for name in sorted(names):
+        if not config.num_mtp_layers and name.startswith(mtp_prefix):
+            continue  # MTP layer present but not requested (mtp=False): never read
         if name.endswith("_scale_inv"):
             if name[: -len("_scale_inv")] not in names:
                 errors.append(f"{name}: unexpected (no matching weight)")
@@ -161,8 +164,6 @@ def _plan(config: ModelConfig, expected: dict[str, tuple[int, ...]], shards: _Sh
                 continue  # IndexShare "shared" layer: checkpoints may ship unused indexer weights
             if _MTP_OPTIONAL.match(name) and int(_MTP_OPTIONAL.match(name).group(1)) >= config.num_hidden_layers:
                 continue  # optional copies of the target's embed_tokens / lm_head
-            if not config.num_mtp_layers and name.startswith(f"model.layers.{config.num_hidden_layers}."):
-                continue  # MTP layer present but not requested
             errors.append(f"{name}: unexpected tensor {list(shards.shape(name))}")
             continue
         got = shards.shape(name)

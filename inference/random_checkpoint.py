@@ -80,6 +80,9 @@ def write_random_checkpoint(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     raw = preset_config(preset, overrides)
+    # MLA has one latent per token, but transformers' config defaults num_key_value_heads to 64,
+    # which breaks its eager attention on models with fewer heads: write it as the releases do.
+    raw.setdefault("num_key_value_heads", raw["num_attention_heads"])
     tokenizer = _write_tokenizer(out)
     if tokenizer is not None:
         raw["vocab_size"] = max(raw["vocab_size"], tokenizer["vocab_size"])

@@ -10,9 +10,10 @@ masked to -inf where s > p (causal) or the slot is -1 (no key). ``w`` is the cal
 as transformers' ``GlmMoeDsaIndexer`` computes it. RoPE is the caller's job (q and the cached keys
 are already rotated).
 
-The top-k itself is ``torch.topk`` over the scores in both backends: a fused streaming top-k over
-S up to 1M keys is a separate kernel that is not written yet (scores are materialized per chunk of
-query tokens, bounded by ``max_chunk_elems``).
+The top-k itself is ``stable_topk`` over the scores in both backends (exact ties go to the earlier
+position, so prefill and decode pick the same keys); a fused streaming top-k over S up to 1M keys
+is a separate kernel that is not written yet (scores are materialized per chunk of query tokens,
+bounded by ``max_chunk_elems``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,22 @@ class IndexerTopk:
 
     positions: torch.Tensor  # key positions within the sequence (what transformers returns)
     slots: torch.Tensor  # cache slots of those keys (what the sparse MLA kernel gathers)
+
+
+def stable_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k largest fp32 scores along the last dim; exact ties go to the earlier position.
+
+    Ties are common, not a corner case: a key whose every head is ReLU-clipped scores exactly 0,
+    and masked keys are all -inf. torch.topk breaks ties differently for different shapes and
+    devices, which would make a prefill and a token-by-token decode of the same text select
+    different keys. Ranking on one 64-bit key (order-preserving int of the float, then reversed
+    position) makes the choice shape-independent.
+    """
+    bits = (scores.float() + 0.0).view(torch.int32)  # + 0.0 turns -0.0 into 0.0
+    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(torch.int64)
+    pos = torch.arange(scores.shape[-1], device=scores.device, dtype=torch.int64)
+    key = (ordered << 32) | (scores.shape[-1] - 1 - pos)
+    return key.topk(k, dim=-1).indices
 
 
 def _check_inputs(q, weights, index_keys, key_slots, query_seq, query_pos):
@@ -241,8 +258,8 @@ def indexer_topk(
             q[start:end], weights[start:end], index_keys, key_slots,
             query_seq[start:end], query_pos[start:end], softmax_scale,
         )  # fmt: skip
-        values, idx = scores.topk(k, dim=-1)
-        valid = torch.isfinite(values)
+        idx = stable_topk(scores, k)
+        valid = torch.isfinite(scores.gather(1, idx))
         chunk_slots = key_slots[query_seq[start:end].long()].gather(1, idx)
         positions[start:end] = torch.where(valid, idx, -1).to(torch.int32)
         slots[start:end] = torch.where(valid, chunk_slots, -1).to(torch.int32)

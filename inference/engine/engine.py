@@ -40,8 +40,9 @@ class Engine:
         from inference.kv_cache import PagedKVCache
 
         self.config = config
+        # The MTP layer (weights and its KV pages) is only loaded when it drafts.
         self.model = load_model(checkpoint_path, dtype=_DTYPES[config.dtype], device=config.device,
-                                latent_norm_eps=config.latent_norm_eps)
+                                latent_norm_eps=config.latent_norm_eps, mtp=config.num_speculative_tokens > 0)
         self.model_config = self.model.config
         ps = config.page_size
         self.cache_bytes_per_token = PagedKVCache(self.model_config, 1, ps, self.model.dtype, "cpu").bytes_per_token()

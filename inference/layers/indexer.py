@@ -16,6 +16,7 @@ from inference.config import ModelConfig
 from inference.forward_batch import AttentionMetadata
 from inference.layers import kernel_path
 from inference.layers.rope import RopeTables, deinterleave_rope_rows
+from kernels.indexer_topk import stable_topk  # the one tie rule, shared with the GPU path
 
 # Largest [rows, heads, keys] score block materialised at once (fp32: 256 MiB).
 MAX_SCORE_ELEMENTS = 1 << 26
@@ -109,17 +110,3 @@ class Indexer(nn.Module):
             q.to(key_cache.dtype), w, key_cache, meta, meta.positions, self.topk, self.head_dim**-0.5, backend
         )
 
-
-def stable_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices of the k largest fp32 scores per row; exact ties go to the earlier position.
-
-    Ties are common, not a corner case: a key whose every head is ReLU-clipped scores exactly 0.
-    torch.topk breaks ties differently for different tensor shapes, which would make a prefill and
-    a token-by-token decode of the same text select different keys. Ranking on the 64-bit key
-    (order-preserving int of the float, then reversed position) makes the choice shape-independent.
-    """
-    bits = (scores.float() + 0.0).view(torch.int32)  # + 0.0 turns -0.0 into 0.0
-    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(torch.int64)
-    pos = torch.arange(scores.shape[-1], device=scores.device, dtype=torch.int64)
-    key = (ordered << 32) | (scores.shape[-1] - 1 - pos)
-    return key.topk(k, dim=-1).indices

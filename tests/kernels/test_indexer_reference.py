@@ -6,7 +6,7 @@ import torch
 from transformers import GlmMoeDsaConfig
 from transformers.models.glm_moe_dsa import modeling_glm_moe_dsa as hf
 
-from kernels.indexer_topk import indexer_scores, indexer_topk
+from kernels.indexer_topk import indexer_scores, indexer_topk, stable_topk
 
 
 def _tiny_config(topk: int) -> GlmMoeDsaConfig:
@@ -44,10 +44,18 @@ def test_topk_selects_what_transformers_selects(make_paged_batch):
     cache[batch.key_slots[0].long()] = k
     got = indexer_topk(q, w, cache, batch.key_slots, batch.query_seq, batch.query_pos, topk, D**-0.5, backend="torch")
 
+    scores = indexer_scores(q, w, cache, batch.key_slots, batch.query_seq, batch.query_pos, D**-0.5, backend="torch")
     for t in range(S):
         got_set = set(got.positions[t][got.positions[t] >= 0].tolist())
         if t + 1 >= topk:
-            assert got_set == set(want[t].tolist()), f"row {t}"
+            # Keys tied exactly at the k-th score (all heads ReLU-clipped: 0) may be broken either
+            # way by transformers; we take the earliest. Either way the selected scores agree.
+            ours, theirs = scores[t, sorted(got_set)], scores[t, want[t].long()]
+            assert torch.equal(ours.sort().values, theirs.sort().values), f"row {t}"
+            kth = ours.min()
+            assert {s for s in got_set if scores[t, s] > kth} == {s for s in want[t].tolist() if scores[t, s] > kth}
+            tied = [s for s in range(t + 1) if scores[t, s] == kth]
+            assert sorted(s for s in got_set if scores[t, s] == kth) == tied[: len(got_set) - int((ours > kth).sum())]
         else:  # fewer visible keys than topk: transformers pads with masked picks, we with -1
             assert got_set == set(range(t + 1)), f"row {t}"
             assert set(want[t].tolist()) >= got_set
@@ -77,3 +85,26 @@ def test_scores_follow_the_formula():
         expected = sum(float(w[0, h]) * max(0.0, float(q[0, h] @ keys[slot]) * 0.5) for h in range(3))
         assert abs(float(scores[0, s]) - expected) < 1e-5
     assert torch.isneginf(scores[0, 3])
+
+
+def test_stable_topk_breaks_exact_ties_toward_earlier_positions():
+    scores = torch.tensor([[0.0, 2.0, -0.0, 0.0, 2.0, float("-inf"), 1.0, 0.0]])
+    assert stable_topk(scores, 5).tolist() == [[1, 4, 6, 0, 2]]
+    # The choice does not depend on the row length (decode sees fewer keys than prefill).
+    long = torch.zeros(3, 300)
+    long[:, 100:] = float("-inf")
+    assert torch.equal(stable_topk(long, 8), torch.arange(8).expand(3, 8))
+
+
+def test_tied_scores_select_the_earliest_keys(make_paged_batch):
+    """All-zero head weights tie every visible key at exactly 0: the first k positions win."""
+    gen = torch.Generator().manual_seed(5)
+    batch = make_paged_batch([30, 12], [30, 1], 4, gen)
+    T, topk = batch.query_seq.numel(), 6
+    q, w = torch.randn(T, 2, 16, generator=gen), torch.zeros(T, 2)
+    keys = torch.randn(batch.num_slots, 16, generator=gen)
+    sel = indexer_topk(q, w, keys, batch.key_slots, batch.query_seq, batch.query_pos, topk, 0.25, backend="torch")
+    for t in range(T):
+        visible = int(batch.query_pos[t]) + 1
+        want = list(range(min(topk, visible))) + [-1] * max(0, topk - visible)
+        assert sel.positions[t].tolist() == want, f"row {t}"

@@ -249,3 +249,14 @@ def test_parallel_sessions_on_one_system_prompt_compute_it_once(engine_checkpoin
     assert [r.usage.cached_tokens for r in results] == [0, 48, 48, 48]
     for p, r in zip(prompts, results):
         assert r.token_ids == hf_greedy(tuple(p), 3)
+
+
+def test_mtp_layer_is_loaded_only_when_speculating(engine_checkpoint):
+    plain = engine(engine_checkpoint)
+    spec = engine(engine_checkpoint, num_speculative_tokens=2)
+    layers = plain.model_config.num_hidden_layers
+    assert plain.model_config.num_mtp_layers == 0 and len(plain.model.model.layers) == layers
+    assert spec.model_config.num_mtp_layers == 1 and len(spec.model.model.layers) == layers + 1
+    # No KV pages for a layer that never runs.
+    assert len(plain.kv_cache.latent) == layers and len(spec.kv_cache.latent) == layers + 1
+    assert plain.cache_bytes_per_token < spec.cache_bytes_per_token

@@ -127,6 +127,24 @@ def test_missing_mtp_layer_is_an_error_unless_disabled(tiny_checkpoint, tmp_path
     assert load_model(path, mtp=False).config.num_mtp_layers == 0
 
 
+def test_mtp_false_skips_the_checkpoints_mtp_layer(tiny_checkpoint):
+    model = load_model(tiny_checkpoint, mtp=False)
+    assert model.config.num_mtp_layers == 0
+    assert len(model.model.layers) == model.config.num_hidden_layers
+    assert not any(k.startswith(f"model.layers.{model.config.num_hidden_layers}.") for k in model.state_dict())
+    full = load_model(tiny_checkpoint)
+    ids = torch.tensor([[5, 9, 33, 7, 100, 42, 3, 8, 17, 250, 11, 64]])
+    torch.testing.assert_close(model(ids), full(ids), rtol=0, atol=0)
+
+
+def test_random_checkpoint_config_names_num_key_value_heads(tiny_checkpoint):
+    from transformers import AutoConfig
+
+    raw = json.loads((tiny_checkpoint / "config.json").read_text())
+    assert raw["num_key_value_heads"] == raw["num_attention_heads"]
+    assert AutoConfig.from_pretrained(tiny_checkpoint).num_key_value_heads == raw["num_attention_heads"]
+
+
 _PEAK_SCRIPT = textwrap.dedent(
     """
     import sys, threading, time, torch
