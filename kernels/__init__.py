@@ -16,14 +16,7 @@ and the routed experts of an MoE layer: ``fused_moe(x, gate_up_proj, down_proj, 
 
 from kernels.backend import BACKENDS, resolve_backend
 from kernels.fused_moe import fused_moe, fused_moe_torch, fused_moe_triton
-from kernels.indexer_topk import (
-    IndexerTopk,
-    indexer_scores,
-    indexer_scores_torch,
-    indexer_scores_triton,
-    indexer_topk,
-    stable_topk,
-)
+from kernels.indexer_topk import IndexerTopk, indexer_scores, indexer_scores_torch, indexer_scores_triton, indexer_topk
 from kernels.paged_slots import slots_from_block_table
 from kernels.sparse_mla import sparse_mla_attention, sparse_mla_torch, sparse_mla_triton
 
@@ -42,5 +35,4 @@ __all__ = [
     "sparse_mla_attention",
     "sparse_mla_torch",
     "sparse_mla_triton",
-    "stable_topk",
 ]
