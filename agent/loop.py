@@ -159,8 +159,10 @@ class Agent:
         )
 
     def interrupt(self) -> None:
-        """Stop the current model call or tool call; safe to call from any thread."""
+        """Stop the current model call or tool call; safe to call from any thread. A bash command
+        in flight is stopped in the sandbox (Ctrl-C), so the shell is free for the next call."""
         self._interrupt.set()
+        self.tools.cancel()
 
     # -- steps --------------------------------------------------------------------------------
     def _check_limits(self, started: float, step_base: int, token_base: int) -> None:

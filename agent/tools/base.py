@@ -130,6 +130,10 @@ class Tool:
     def run(self, args: Any) -> ToolResult | str:
         raise NotImplementedError
 
+    def cancel(self) -> None:
+        """Stop this tool's `run` in flight; called from another thread when the user interrupts.
+        Tools that cannot be stopped leave it alone: the agent stops waiting for them anyway."""
+
     def close(self) -> None:
         """Release resources (MCP sessions); most tools hold none."""
 

@@ -76,7 +76,9 @@ class BashTool(Tool):
         notes = []
         if result.truncated:
             notes.append("[the sandbox's capture limit cut this output; redirect to a file to keep all of it]")
-        if result.timed_out:
+        if result.interrupted:
+            notes.append(f"[interrupted by the user; exit code: {result.exit_code}]")
+        elif result.timed_out:
             said = "timed out" in output[-300:]  # the sandbox may already have said so
             notes.append(
                 ("[" if said else f"[timed out after {timeout:g}s; the command was killed. ")
@@ -92,6 +94,11 @@ class BashTool(Tool):
             truncated=truncated or bool(result.truncated),
             is_error=bool(result.timed_out),
         )
+
+    def cancel(self) -> None:
+        # Ctrl-C for the sandbox's shell: the command in flight is killed, exec() returns, and the
+        # shell (cwd, variables, background jobs) stays usable for the next call.
+        self.ctx.sandbox.interrupt()
 
     def _save_full_output(self, output: str) -> str | None:
         folder = self.ctx.limits.full_output_dir

@@ -27,6 +27,8 @@ except ImportError:  # pragma: no cover - sandbox is part of the same distributi
 class ToolSet:
     def __init__(self, tools: Iterable[Tool] = ()):
         self._tools: dict[str, Tool] = {}
+        self._running: list[Tool] = []  # calls in flight, for cancel() from another thread
+        self._lock = threading.Lock()
         for tool in tools:
             self.add(tool)
 
@@ -77,7 +79,11 @@ class ToolSet:
             return ToolResult(output=format_validation_error(name, exc), is_error=True)
         except ValueError as exc:  # tools with their own schema validation (MCP)
             return ToolResult(output=str(exc), is_error=True)
+        with self._lock:
+            self._running.append(tool)
         try:
+            if cancel is not None and cancel.is_set():  # interrupted before it started: do not start
+                raise InterruptedError("interrupted by the user")
             if tool.manages_timeout:
                 result = tool.run(args)
             else:
@@ -90,7 +96,20 @@ class ToolSet:
             return ToolResult(output=f"{name}: interrupted by the user", is_error=True)
         except Exception as exc:
             return ToolResult(output=f"{name} failed: {type(exc).__name__}: {exc}", is_error=True)
+        finally:
+            with self._lock:
+                self._running.remove(tool)
         return result if isinstance(result, ToolResult) else ToolResult(output=str(result))
+
+    def cancel(self) -> None:
+        """Stop the tool calls in flight (from another thread): each running tool's `cancel()`."""
+        with self._lock:
+            running = list(self._running)
+        for tool in running:
+            try:
+                tool.cancel()
+            except Exception:  # the sandbox may be closing; the interrupt must not fail the caller
+                pass
 
     def close(self) -> None:
         for tool in self._tools.values():

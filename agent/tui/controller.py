@@ -18,7 +18,7 @@ from agent.loop import Agent, Approval, RunResult
 from agent.tools.toolset import ToolSet
 from agent.tui.approval import EDIT_TOOLS, ApprovalPolicy
 from agent.tui.session import Record, Session
-from agent.tui.workspace_ops import EditHistory, restore_conversation, stop_running_command
+from agent.tui.workspace_ops import EditHistory, restore_conversation
 from inference.chat.messages import Message
 
 
@@ -82,9 +82,7 @@ class ChatController:
         self.post(TurnDone(result))
 
     def interrupt(self) -> None:
-        self.agent.interrupt()
-        if self.busy:
-            threading.Thread(target=stop_running_command, args=(self.sandbox,), daemon=True).start()
+        self.agent.interrupt()  # also stops a bash command in flight (Sandbox.interrupt)
         pending = self._pending
         if pending is not None and not pending.done():
             pending.set_result(Approval.deny("interrupted by the user"))

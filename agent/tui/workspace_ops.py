@@ -90,23 +90,3 @@ def restore_conversation(records: list[Record]) -> list[Message]:
                     Message.tool("not run: the session ended before this call", tool_call_id=call.id, name=call.name)
                 )
     return repaired
-
-
-# The sandbox's persistent shell marks the processes of the running command with __HZ_CMD=<token>
-# (sandbox/shell_protocol.py). Sandbox.exec has no cancel yet, so an interrupted bash tool would keep
-# the shell busy until its timeout; killing those processes from a side exec returns it at once.
-STOP_RUNNING_COMMAND = (
-    "for e in /proc/[0-9]*/environ; do "
-    "grep -qaz '^__HZ_CMD=.' \"$e\" 2>/dev/null && { p=${e#/proc/}; kill -KILL \"${p%/environ}\" 2>/dev/null; }; "
-    "done; true"
-)
-
-
-def stop_running_command(sandbox) -> None:
-    """Best effort, containers only: on a LocalSandbox /proc is the host's, so it is left alone."""
-    if getattr(sandbox, "container_id", None) is None:
-        return
-    try:
-        sandbox.exec_once(STOP_RUNNING_COMMAND, timeout=20)
-    except Exception:  # the sandbox may be closing; the tool's own timeout still applies
-        pass

@@ -52,3 +52,13 @@ def test_horizon_run_on_a_local_sandbox(tmp_path, capsys):
     assert (repo / "calc.py").read_text().endswith("a - b\n")  # the original is untouched
     subprocess.run(["git", "apply", str(patch)], cwd=repo, check=True)
     assert (repo / "calc.py").read_text().endswith("a + b\n")
+
+
+@pytest.mark.timeout(120)  # without a working cancel the call would hang for 300 s
+def test_cancel_stops_a_running_bash_on_a_local_sandbox(local_tools):
+    from agent_testkit import cancel_a_running_bash
+
+    sb, tools = local_tools
+    stopped = cancel_a_running_bash(tools, sb, "/workspace")
+    assert stopped.exit_code == 130 and "interrupted by the user" in stopped.output
+    assert tools.call("bash", {"command": "echo alive"}).output.startswith("alive")

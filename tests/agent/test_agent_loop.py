@@ -135,6 +135,24 @@ def test_interrupt_stops_a_running_tool_and_keeps_the_conversation_valid(tmp_pat
     assert after.tool_call_id == "after" and "not run" in after.content
 
 
+@pytest.mark.timeout(120)  # without the sandbox interrupt the next bash call would wait for `sleep 300`
+def test_interrupt_stops_a_command_in_the_sandbox_and_the_shell_takes_the_next_call(tmp_path, tools, sandbox, workdir):
+    from agent_testkit import wait_for_file
+
+    marker = f"{workdir}/.started"
+    steps = [{"tool_calls": [call("bash", "long", command=f"cd sub && touch {marker} && sleep 300", timeout=1000)]},
+             finish()]
+    sandbox.exec_once(["mkdir", "-p", f"{workdir}/sub"])
+    agent = Agent(AgentConfig(), ReplayBackend(write_replay(tmp_path / "script.jsonl", steps)), tools)
+    watcher = threading.Thread(target=lambda: (wait_for_file(sandbox, marker), agent.interrupt()))
+    watcher.start()
+    result = agent.run("the task")
+    watcher.join()
+    assert result.reason == "interrupted"
+    after = tools.call("bash", {"command": "echo alive; pwd"})  # the same shell, its cwd kept
+    assert after.exit_code == 0 and after.output.splitlines()[:2] == ["alive", f"{workdir}/sub"]
+
+
 def test_denied_tool_call_goes_back_as_its_result(tmp_path, tools, sandbox, workdir):
     def approver(event: ToolCallEvent) -> Approval:
         return Approval.deny("no writes today") if event.name == "create" else Approval.approve()

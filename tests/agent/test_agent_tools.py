@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agent.config import ToolLimits
 from agent.tools import ToolSet, builtin_tools
 
@@ -123,3 +125,24 @@ def test_str_replace_on_crlf_files_and_view_of_long_lines(tools, sandbox, workdi
     view = tools.call("view", {"path": "wide.txt"})
     assert view.truncated and "wide.txt has 100 lines; showing 1-" in view.output
     assert len(view.output) < 4 * 10_000 + 500
+
+
+@pytest.mark.timeout(120)  # without a working cancel the call would hang for 300 s
+def test_cancel_stops_a_running_bash_and_keeps_the_shell(tools, sandbox, workdir):
+    from agent_testkit import cancel_a_running_bash
+
+    tools.call("bash", {"command": "export KEPT=yes"})
+    stopped = cancel_a_running_bash(tools, sandbox, workdir)
+    assert stopped.exit_code == 130 and "interrupted by the user" in stopped.output
+    after = tools.call("bash", {"command": "echo $KEPT; pwd"})
+    assert after.exit_code == 0 and after.output.splitlines()[:2] == ["yes", workdir]
+
+
+def test_a_call_cancelled_before_it_starts_does_not_run(tools, sandbox, workdir):
+    import threading
+
+    cancel = threading.Event()
+    cancel.set()
+    result = tools.call("bash", {"command": "touch never-ran"}, cancel=cancel)
+    assert result.is_error and "interrupted by the user" in result.output
+    assert sandbox.exec_once(["test", "-e", f"{workdir}/never-ran"]).exit_code == 1
