@@ -185,3 +185,26 @@ def test_embedded_effort_none_reaches_the_engine_and_yields_no_thinking(tmp_path
     assert replies["max"].reasoning_content == "Need files"
     quick = replies["none"]
     assert quick.reasoning_content is None and quick.content == "Listing:"  # the reply itself is unchanged
+
+
+def test_openai_effort_none_reaches_horizon_serve_and_yields_no_thinking(tmp_path):
+    """The backend sends the level as given; the server maps it for the template and the engine."""
+    from inference.engine.engine_config import EngineConfig
+    from inference.server.runner import BackgroundServer, build_state
+    from scripted_model import write_scripted_checkpoint
+
+    checkpoint = write_scripted_checkpoint(tmp_path / "ckpt")
+    state = build_state(checkpoint, EngineConfig(**ENGINE), served_model_name="scripted")
+    replies = {}
+    with BackgroundServer(state) as server:
+        for effort in ("max", "none"):
+            config = AgentConfig(max_steps=1, reasoning_effort=effort,
+                                 openai={"max_tokens": 64, "temperature": 0.0, "max_retries": 0})
+            backend = make_backend(f"openai:{server.base_url}", config)
+            try:
+                result = Agent(config, backend, ToolSet([FinishTool(ToolContext(sandbox=None))])).run("What files?")
+            finally:
+                backend.close()
+            replies[effort] = result.messages[2]
+    assert replies["max"].reasoning_content == "Need files"
+    assert not replies["none"].reasoning_content and replies["none"].content == "Listing:"
