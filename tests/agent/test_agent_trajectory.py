@@ -90,7 +90,8 @@ def test_config_from_toml_with_overrides_and_named_errors(tmp_path):
     with pytest.raises(ConfigError, match="is not valid TOML"):
         (tmp_path / "bad.toml").write_text("max_steps = = 3")
         load_config(tmp_path / "bad.toml")
-    assert AgentConfig(reasoning_effort="medium").reasoning_effort == "high"
+    assert AgentConfig(reasoning_effort="medium").reasoning_effort == "medium"  # the engine has a medium budget
+    assert AgentConfig(reasoning_effort="xhigh").reasoning_effort == "max"
 
 
 def test_the_example_config_is_valid():
