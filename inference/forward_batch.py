@@ -8,6 +8,7 @@ Slot of the token at position p of sequence b = block_table[b, p // page_size] *
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -137,6 +138,21 @@ class AttentionMetadata:
             slot_mapping, key_slots, key_valid, query_rows, seq_of_token, max_q, max_s, uniform,
             batch.positions, batch.seq_lens,
         )  # fmt: skip
+
+    @functools.cached_property
+    def key_hidden(self) -> torch.Tensor:
+        """[B, T, S] bool: ~key_valid, built once per step and shared by every layer."""
+        return ~self.key_valid
+
+    @functools.cached_property
+    def _flat_key_slots(self) -> torch.Tensor:
+        return self.key_slots.reshape(-1)
+
+    def gather_keys(self, cache: torch.Tensor) -> torch.Tensor:
+        """cache [slots, D] -> [B, S, D] rows of every visible key (index_select: cheaper than
+        advanced indexing on the per-layer decode path)."""
+        b, s = self.key_slots.shape
+        return cache.index_select(0, self._flat_key_slots).view(b, s, cache.shape[-1])
 
     def to_padded(self, x: torch.Tensor) -> torch.Tensor:
         """[N, ...] flat rows -> [B, T, ...] padded query layout (padding rows are zero)."""

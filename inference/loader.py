@@ -122,6 +122,9 @@ def load_model(
     if "lm_head.weight" not in state:  # tie_word_embeddings (checked in _plan)
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
     model.load_state_dict(state, strict=True, assign=True)
+    # The model owns the tensors now; dropping these references lets fuse_weights free each
+    # original as soon as its re-laid-out replacement exists (peak: one layer's extra copy).
+    state.clear()
     model.fuse_weights()
     return model.eval()
 

@@ -20,9 +20,10 @@ from inference.config import ModelConfig
 from inference.forward_batch import AttentionMetadata, ForwardBatch
 from inference.kv_cache import PagedKVCache
 from inference.layers.decoder import DecoderLayer
+from inference.layers.fusion import column_major
 from inference.layers.mtp import MTPLayer
 from inference.layers.norm import RMSNorm
-from inference.layers.rope import RopeTables
+from inference.layers.rope import RopeTables, inverse_frequencies
 
 
 @dataclass
@@ -53,6 +54,7 @@ class Glm5ForCausalLM(nn.Module):
         # Sparse attention / MoE through the `kernels` package: "auto" = on CUDA only (Triton),
         # "torch" / "triton" = always with that backend, None = never (native torch path).
         self.kernel_backend: str | None = "auto"
+        self._inv_freq: torch.Tensor | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -71,10 +73,18 @@ class Glm5ForCausalLM(nn.Module):
         for module in self.modules():
             if module is not self and hasattr(module, "fuse"):
                 module.fuse()
+        tied = self.lm_head.weight is self.model.embed_tokens.weight
+        if self.device.type == "cpu" and not tied:
+            self.lm_head.weight = column_major(self.lm_head.weight)
 
     def _prepare(self, batch: ForwardBatch, cache: PagedKVCache) -> tuple[AttentionMetadata, RopeTables]:
         meta = AttentionMetadata.from_batch(batch, cache.page_size)
-        rope = RopeTables.build(batch.positions, self.config.qk_rope_head_dim, self.config.rope_theta, self.dtype)
+        dev = batch.positions.device
+        if self._inv_freq is None or self._inv_freq.device != dev:  # computed once, not every step
+            self._inv_freq = inverse_frequencies(self.config.qk_rope_head_dim, self.config.rope_theta, dev)
+        rope = RopeTables.build(
+            batch.positions, self.config.qk_rope_head_dim, self.config.rope_theta, self.dtype, self._inv_freq
+        )
         return meta, rope
 
     def _run_layer(self, layer: DecoderLayer, h, rope, meta, cache: PagedKVCache, selection):

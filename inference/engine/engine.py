@@ -221,6 +221,7 @@ class Engine:
         self.step()
         return True
 
+    @torch.inference_mode()
     def step(self) -> None:
         with self._step_lock:
             self._take_inbox()

@@ -72,26 +72,33 @@ class Indexer(nn.Module):
         n, b, t, s = x.shape[0], meta.key_slots.shape[0], meta.max_query_len, meta.max_seq_len
         q = self._rotate(self.wq_b(q_latent).view(n, self.n_heads, self.head_dim), rope)
         q = meta.to_padded(q).float().reshape(b, t * self.n_heads, self.head_dim)
-        keys = key_cache[meta.key_slots].float()  # [B, S, D]: one key per token, shared by all heads
+        keys = meta.gather_keys(key_cache).float()  # [B, S, D]: one key per token, shared by all heads
         if head_weights is None:
             head_weights = self.weights_proj(x.to(self.weights_proj.weight.dtype))
         # ReLU commutes with the positive 1/sqrt(d), so it scales the small [T, H] weights instead
         # of the [T, H, S] scores (as DeepSeek's reference and vLLM do).
         w = meta.to_padded(head_weights.float() * (self.n_heads**-0.5 * self.head_dim**-0.5))  # [B, T, H]
         keys_t = keys.transpose(1, 2)
-        logits = keys.new_empty(b, t, s)
         # The per-head scores are the largest temporary of a prefill step: bound them by chunking
         # the query rows (one chunk for any decode step).
         rows = max(1, MAX_SCORE_ELEMENTS // max(1, b * self.n_heads * s))
-        for r0 in range(0, t, rows):
-            r1 = min(t, r0 + rows)
-            scores = torch.bmm(q[:, r0 * self.n_heads : r1 * self.n_heads], keys_t).relu_()  # [B, rows*H, S]
-            part = torch.bmm(w[:, r0:r1].reshape(-1, 1, self.n_heads), scores.view(-1, self.n_heads, s))
-            logits[:, r0:r1] = part.view(b, r1 - r0, s)
-        logits = logits.masked_fill(~meta.key_valid, float("-inf"))
+        if rows >= t:
+            logits = self._logits(q, w, keys_t).view(b, t, s)
+        else:
+            logits = keys.new_empty(b, t, s)
+            for r0 in range(0, t, rows):
+                r1 = min(t, r0 + rows)
+                part = self._logits(q[:, r0 * self.n_heads : r1 * self.n_heads], w[:, r0:r1], keys_t)
+                logits[:, r0:r1] = part.view(b, r1 - r0, s)
+        logits.masked_fill_(meta.key_hidden, float("-inf"))
         top = stable_topk(logits, self.topk)
         selected = torch.zeros_like(meta.key_valid).scatter_(-1, top, True)
         return selected & meta.key_valid
+
+    def _logits(self, q: torch.Tensor, w: torch.Tensor, keys_t: torch.Tensor) -> torch.Tensor:
+        """q [B, rows*H, D], w [B, rows, H], keys_t [B, D, S] -> [B*rows, 1, S] weighted ReLU sum."""
+        scores = torch.bmm(q, keys_t).relu_()  # [B, rows*H, S]
+        return torch.bmm(w.reshape(-1, 1, self.n_heads), scores.view(-1, self.n_heads, keys_t.shape[-1]))
 
     def _write_keys(self, x, rope, meta, key_cache, k_proj) -> None:
         k_proj = self.wk(x) if k_proj is None else k_proj

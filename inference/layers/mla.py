@@ -111,8 +111,8 @@ class MLAttention(nn.Module):
             selection = self.indexer(x, q_latent, rope, meta, indexer_cache, index_k, index_w)
         else:
             selection = shared_selection
-        hidden = ~(meta.key_valid if selection is None else selection)
-        keys = latent_cache[meta.key_slots].to(x.dtype)  # [B, S, rank + rope]
+        hidden = meta.key_hidden if selection is None else ~selection
+        keys = meta.gather_keys(latent_cache).to(x.dtype)  # [B, S, rank + rope]
 
         if mode == "auto":
             mode = "absorbed" if meta.max_query_len <= ABSORB_MAX_QUERY_LEN else "expanded"

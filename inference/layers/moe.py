@@ -17,6 +17,7 @@ from torch import nn
 
 from inference.config import ModelConfig
 from inference.layers import kernel_path
+from inference.layers.fusion import column_major
 from inference.layers.mlp import SwiGLU
 
 _grouped_mm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
@@ -61,6 +62,12 @@ class RoutedExperts(nn.Module):
         e, h, i = config.n_routed_experts, config.hidden_size, config.moe_intermediate_size
         self.gate_up_proj = nn.Parameter(torch.empty(e, 2 * i, h))
         self.down_proj = nn.Parameter(torch.empty(e, h, i))
+
+    def fuse(self) -> None:
+        # CPU only: the GPU kernels expect the packed [E, out, in] rows as loaded.
+        if self.gate_up_proj.device.type == "cpu":
+            self.gate_up_proj = column_major(self.gate_up_proj)
+            self.down_proj = column_major(self.down_proj)
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, kernels: str | None = None) -> torch.Tensor:
         if kernels is not None:

@@ -29,8 +29,11 @@ class RopeTables:
     sin: torch.Tensor
 
     @classmethod
-    def build(cls, positions: torch.Tensor, rope_dim: int, theta: float, dtype: torch.dtype) -> RopeTables:
-        inv_freq = 1.0 / (theta ** (torch.arange(0, rope_dim, 2, dtype=torch.float, device=positions.device) / rope_dim))
+    def build(
+        cls, positions: torch.Tensor, rope_dim: int, theta: float, dtype: torch.dtype, inv_freq: torch.Tensor | None = None
+    ) -> RopeTables:
+        if inv_freq is None:
+            inv_freq = inverse_frequencies(rope_dim, theta, positions.device)
         angles = positions.float().unsqueeze(-1) * inv_freq
         cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)  # rounded like transformers
         return cls(torch.cat([cos, cos], -1), torch.cat([-sin, sin], -1))
@@ -56,6 +59,10 @@ class RopeTables:
 
     def apply(self, x: torch.Tensor, deinterleaved: bool) -> torch.Tensor:
         return self.halves(x) if deinterleaved else self.interleaved(x)
+
+
+def inverse_frequencies(rope_dim: int, theta: float, device: torch.device | str) -> torch.Tensor:
+    return 1.0 / (theta ** (torch.arange(0, rope_dim, 2, dtype=torch.float, device=device) / rope_dim))
 
 
 def deinterleave_rope_rows(weight: torch.Tensor, group: int, start: int, rope_dim: int) -> None:
