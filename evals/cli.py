@@ -67,7 +67,11 @@ def main(args: argparse.Namespace) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     if validate:
         out = args.out or Path("eval-out") / f"validate-{stamp}"
-        report = validate_suite(path, out, jobs=args.jobs, config=config, filters=args.filter, progress=not args.quiet)
+        try:
+            report = validate_suite(path, out, jobs=args.jobs, config=config, filters=args.filter, progress=not args.quiet)
+        except ValueError as exc:
+            print(f"horizon eval: {exc}", file=sys.stderr)
+            return 2
         print(report.render())
         print(f"results: {out}")
         return 0 if report.valid else 1

@@ -112,7 +112,11 @@ def run_eval(path: Path, options: RunOptions, config: EvalConfig | None = None,
     if previous and not options.resume:
         raise ResultsExist(f"{results.path} already holds results: pass --resume to continue, or use another --out")
     done = {r.key for r in previous}
-    loaded = _selected(load_tasks(path, config.base_image), options.filters)
+    every = load_tasks(path, config.base_image)
+    loaded = _selected(every, options.filters)
+    if options.filters and not loaded:
+        # A mistyped --filter must not look like an empty, successful run.
+        raise ValueError(f"--filter {' '.join(options.filters)!s} matched none of the {len(every)} task ids in {path}")
     for err in (t for t in loaded if isinstance(t, TaskLoadError)):
         if (err.id, 0) not in done:
             results.append(_invalid_result(err, options.agent))
