@@ -26,7 +26,7 @@ class EmbeddedBackend:
     def __init__(self, path: str | Path, config: EmbeddedConfig | None = None):
         from inference.engine.engine import Engine
         from inference.engine.engine_config import EngineConfig
-        from inference.server.runner import detect_variant  # the server's rules, so both pick the same template
+        from inference.chat.template import detect_variant  # one rule for the server and the agent
         from inference.tokenizer import Tokenizer
 
         self.config = config or EmbeddedConfig()

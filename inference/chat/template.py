@@ -12,7 +12,7 @@ from importlib import resources
 from typing import Any, Iterable
 
 from inference.chat.messages import Message, ToolCall, ToolSpec
-from inference.chat.variants import EFFORT_LABELS, TemplateStyle, get_style
+from inference.chat.variants import EFFORT_LABELS, VARIANTS, TemplateStyle, get_style
 
 PROMPT_START = "[gMASK]<sop>"
 
@@ -195,3 +195,17 @@ class ChatTemplate:
         if self.reasoning_effort is not None:
             kwargs["reasoning_effort"] = self.reasoning_effort
         return kwargs
+
+
+def detect_variant(chat_template: str | None) -> str:
+    """Which GLM-5.x template generation a checkpoint's chat_template.jinja is."""
+    if chat_template:
+        for name in VARIANTS:
+            if chat_template == ChatTemplate(name).jinja_source():
+                return name
+        if "Reasoning Effort" in chat_template:
+            if "<think></think>" in chat_template:
+                return "glm-5.3-flash"
+            return "glm-5.2" if "enable_thinking" in chat_template else "glm-5.3"
+        return "glm-5"
+    return "glm-5.2"

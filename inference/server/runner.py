@@ -9,27 +9,12 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from inference.chat.template import ChatTemplate
-from inference.chat.variants import VARIANTS
+from inference.chat.template import detect_variant
 from inference.server.app import ServerState, create_app
 from inference.server.prompting import ServerDefaults
 from inference.tokenizer import Tokenizer
 
 log = logging.getLogger("horizon.server")
-
-
-def detect_variant(chat_template: Optional[str]) -> str:
-    """Which GLM-5.x template generation a checkpoint's chat_template.jinja is."""
-    if chat_template:
-        for name in VARIANTS:
-            if chat_template == ChatTemplate(name).jinja_source():
-                return name
-        if "Reasoning Effort" in chat_template:
-            if "<think></think>" in chat_template:
-                return "glm-5.3-flash"
-            return "glm-5.2" if "enable_thinking" in chat_template else "glm-5.3"
-        return "glm-5"
-    return "glm-5.2"
 
 
 def build_state(model_path: str | Path, engine_config, served_model_name: Optional[str] = None,

@@ -147,7 +147,7 @@ def test_embedded_backend_detects_an_edited_template_like_the_server(tmp_path):
     """A checkpoint whose 5.3-Flash template was edited locally is still run as 5.3-Flash, by agent and server alike."""
     from inference.chat.template import ChatTemplate
     from inference.random_checkpoint import write_random_checkpoint
-    from inference.server.runner import detect_variant
+    from inference.chat.template import detect_variant
 
     ckpt = tmp_path / "ckpt"
     write_random_checkpoint(ckpt, preset="tiny", seed=0)

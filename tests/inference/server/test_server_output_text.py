@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inference.server.output_text import OutputText
-from inference.server.runner import detect_variant
+from inference.chat.template import detect_variant
 from inference.chat.template import ChatTemplate
 from inference.chat.variants import VARIANTS
 
