@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import sys
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -89,7 +90,8 @@ def _invalid_result(err: TaskLoadError, agent: str) -> TrialResult:
 
 
 def _run_with_retries(task: Task, agent: EvalAgent, engine: Engine, out_dir: Path, attempt: int,
-                      options: RunOptions, retries: int, run_label: str) -> TrialResult:
+                      options: RunOptions, retries: int, run_label: str,
+                      stopping: threading.Event | None = None) -> TrialResult:
     result = None
     for retry in range(retries + 1):
         trial_dir = out_dir / "trials" / task.id / (f"attempt-{attempt}" + ("" if retry == 0 else f"-retry-{retry}"))
@@ -98,6 +100,8 @@ def _run_with_retries(task: Task, agent: EvalAgent, engine: Engine, out_dir: Pat
         (trial_dir / "result.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
         if result.status != "error" or result.error_class not in RETRYABLE:
             break
+        if stopping is not None and stopping.is_set():
+            break  # interrupted: a retry would start a container the exiting process cannot clean up
         log.warning("%s attempt %d: %s (%s); retrying", task.id, attempt, result.error_class, result.error)
     return result
 
@@ -126,6 +130,7 @@ def run_eval(path: Path, options: RunOptions, config: EvalConfig | None = None,
     engines = make_engines(config)
     run_label = f"{options.agent}-{uuid.uuid4().hex[:8]}"
     progress = Progress(len(pending), enabled=options.progress)
+    stopping = threading.Event()
     with ThreadPoolExecutor(max_workers=options.jobs, thread_name_prefix="eval") as pool:
         futures = {}
         for i, (task, attempt) in enumerate(pending):
@@ -133,8 +138,13 @@ def run_eval(path: Path, options: RunOptions, config: EvalConfig | None = None,
             engine = engines[i % len(engines)]
 
             def job(task=task, attempt=attempt, engine=engine, label=label):
+                if stopping.is_set():
+                    return None
                 progress.started(label)
-                result = _run_with_retries(task, agent, engine, out, attempt, options, config.max_infra_retries, run_label)
+                result = _run_with_retries(task, agent, engine, out, attempt, options, config.max_infra_retries,
+                                           run_label, stopping)
+                if stopping.is_set() and result.status == "error" and result.error_class in RETRYABLE:
+                    return result  # most likely our own shutdown closed its sandbox: left unrecorded for --resume
                 results.append(result)
                 progress.finished(label, result)
                 return result
@@ -146,6 +156,7 @@ def run_eval(path: Path, options: RunOptions, config: EvalConfig | None = None,
         except KeyboardInterrupt:
             # Trials already running finish and are recorded; queued ones are dropped (--resume runs them).
             print("\ninterrupted: finishing the running trials (Ctrl-C again to abort)", file=sys.stderr)
+            stopping.set()
             pool.shutdown(wait=False, cancel_futures=True)
             raise
     progress.close()
