@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
@@ -51,6 +52,8 @@ def main(args: argparse.Namespace) -> int:
     from evals.validate import validate_suite
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # SIGTERM (CI timeouts, `kill`) stops like Ctrl-C, so the sandboxes are removed on the way out.
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -86,3 +89,7 @@ def main(args: argparse.Namespace) -> int:
     print(render_table(summary))
     print(f"results: {options.out_dir / 'results.jsonl'}  summary: {options.out_dir / 'summary.json'}")
     return 0
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
