@@ -6,7 +6,8 @@ but weighted by s itself, renormalised over the chosen k and scaled by routed_sc
 
 The experts run as two grouped GEMMs: the (token, expert) assignments are sorted by expert so each
 expert sees one contiguous slice, and `grouped_mm` multiplies every slice by its expert's weights
-in one call (on CUDA the Triton fused_moe kernel of `kernels` does it instead, see kernel_path.py). The expert weights are packed [E, 2I, H] (gate rows then up rows) and [E, H, I].
+in one call (on CUDA the Triton fused_moe kernel of `kernels` does it instead, see kernel_path.py). The expert weights are packed [E, 2I, H] (gate rows then up rows) and [E, H, I]; on CPU,
+`fuse` stores them input-major (same shapes and values, see fusion.column_major).
 """
 
 from __future__ import annotations
