@@ -19,7 +19,8 @@ def register(subparsers) -> None:
                    help="template generation (default: detected from the checkpoint's chat_template.jinja)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    p.add_argument("--kv-budget-tokens", type=int, default=65536, help="device KV cache size in tokens")
+    p.add_argument("--kv-budget-tokens", type=int, default=None,
+                   help="device KV cache size in tokens (default: the model's context, at most 65536 tokens / 8 GiB)")
     p.add_argument("--host-budget-tokens", type=int, default=0, help="host-memory KV tier in tokens (0: off)")
     p.add_argument("--max-running", type=int, default=64, help="requests decoded together")
     p.add_argument("--session-ttl", type=float, default=300.0, help="seconds a session's cache is protected")
@@ -31,9 +32,7 @@ def register(subparsers) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
-
-    from inference.engine.engine_config import EngineConfig
+    from inference.engine_defaults import EngineSettingsError, default_engine_config
     from inference.server.runner import build_state, serve
 
     if not (args.model / "config.json").is_file():
@@ -41,12 +40,12 @@ def _serve(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     try:
-        config = EngineConfig(
-            device=args.device, dtype=args.dtype, kv_budget_tokens=args.kv_budget_tokens,
+        config = default_engine_config(
+            args.model, device=args.device, dtype=args.dtype, kv_budget_tokens=args.kv_budget_tokens,
             host_budget_tokens=args.host_budget_tokens, max_running=args.max_running,
             session_ttl_s=args.session_ttl, num_speculative_tokens=args.speculative_tokens,
         )
-    except ValidationError as exc:
+    except EngineSettingsError as exc:
         print(f"horizon serve: invalid engine option: {exc}", file=sys.stderr)
         return 2
     state = build_state(args.model, config, args.served_model_name, args.variant, args.max_inflight,

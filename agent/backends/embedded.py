@@ -24,9 +24,9 @@ from inference.chat.variants import normalize_reasoning_effort
 
 class EmbeddedBackend:
     def __init__(self, path: str | Path, config: EmbeddedConfig | None = None):
-        from inference.engine.engine import Engine
-        from inference.engine.engine_config import EngineConfig
         from inference.chat.template import detect_variant  # one rule for the server and the agent
+        from inference.engine.engine import Engine
+        from inference.engine_defaults import EngineSettingsError, default_engine_config
         from inference.tokenizer import Tokenizer
 
         self.config = config or EmbeddedConfig()
@@ -35,7 +35,14 @@ class EmbeddedBackend:
             raise BackendError(f"embedded:{path}: not a checkpoint folder (no config.json)")
         self.tokenizer = Tokenizer.from_pretrained(path)
         self.variant = self.config.variant or detect_variant(self.tokenizer.chat_template)
-        self.engine = Engine(path, EngineConfig(**self.config.engine), detokenize=self.tokenizer.decode)
+        try:  # the same defaults as `horizon serve` (a KV budget sized to the model's context)
+            engine_config = default_engine_config(path, **self.config.engine)
+        except EngineSettingsError as exc:
+            raise BackendError(f"embedded.engine: {exc}") from None
+        try:
+            self.engine = Engine(path, engine_config, detokenize=self.tokenizer.decode)
+        except (ValueError, OSError, RuntimeError) as exc:  # e.g. a budget below one page, an unusable device
+            raise BackendError(f"embedded:{path}: cannot start the engine: {' '.join(str(exc).split())}") from None
         self.stop_ids = list(self.tokenizer.stop_token_ids)
         self.conversation: Conversation | None = None
         self.session_id: str | None = None

@@ -208,3 +208,40 @@ def test_openai_effort_none_reaches_horizon_serve_and_yields_no_thinking(tmp_pat
             replies[effort] = result.messages[2]
     assert replies["max"].reasoning_content == "Need files"
     assert not replies["none"].reasoning_content and replies["none"].content == "Listing:"
+
+
+def test_embedded_backend_builds_from_a_checkpoint_with_the_default_config(tiny_checkpoint):
+    """No engine settings at all: the KV budget defaults to the model's context, as in `horizon serve`."""
+    from inference.chat.messages import Message
+
+    backend = make_backend(f"embedded:{tiny_checkpoint}", AgentConfig())
+    try:
+        engine = backend.engine
+        assert engine.num_device_pages * engine.config.page_size >= engine.max_position
+        reply = backend.complete([Message.user("hi")], [], max_tokens=2)
+        assert reply.usage.completion_tokens >= 1
+    finally:
+        backend.close()
+
+
+def test_embedded_engine_overrides_still_apply(tiny_checkpoint):
+    backend = make_backend(f"embedded:{tiny_checkpoint}",
+                           AgentConfig(embedded={"engine": {"kv_budget_tokens": 256, "page_size": 16}}))
+    try:
+        assert backend.engine.num_device_pages == 16 and backend.engine.max_sequence == 256
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize(("engine", "message"), [
+    ({"kv_budget_tokens": -1}, "embedded.engine: kv_budget_tokens: got -1"),
+    ({"dtype": "int3"}, "embedded.engine: dtype: got 'int3'"),
+    ({"colour": "blue"}, "embedded.engine: colour: unknown setting"),
+    ({"kv_budget_tokens": 8, "page_size": 16}, "less than one page"),
+])
+def test_bad_embedded_engine_settings_are_one_line_backend_errors(tiny_checkpoint, engine, message):
+    from agent.backends import BackendError
+
+    with pytest.raises(BackendError) as caught:
+        make_backend(f"embedded:{tiny_checkpoint}", AgentConfig(embedded={"engine": engine}))
+    assert message in str(caught.value) and "\n" not in str(caught.value)

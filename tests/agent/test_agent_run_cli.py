@@ -145,3 +145,20 @@ def test_config_file_errors_name_the_field(tmp_path, capsys):
     config.write_text('max_steps = 10\n[tools]\nbash_timeout_s = "soon"\n')
     assert main(["run", "task", "--repo", str(tmp_path), "--model", "replay:x", "--config", str(config)]) == 2
     assert "tools.bash_timeout_s: got 'soon'" in capsys.readouterr().err
+
+
+def test_run_with_an_embedded_checkpoint_needs_no_engine_settings(tmp_path, tiny_checkpoint, capsys):
+    """`--model embedded:CKPT` alone: the random model's one reply is unparseable, so the step limit ends it."""
+    repo = make_repo(tmp_path)
+    code = main(["run", "x", "--repo", str(repo), "--model", f"embedded:{tiny_checkpoint}", "--local",
+                 "--max-steps", "1", "--set", "embedded.max_new_tokens=2", "--trajectory", str(tmp_path / "t.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 3 and "finished: step_limit" in err, err
+
+
+def test_run_reports_a_bad_engine_setting_in_one_line(tmp_path, tiny_checkpoint, capsys):
+    code = main(["run", "x", "--repo", str(tmp_path), "--model", f"embedded:{tiny_checkpoint}", "--local",
+                 "--set", "embedded.engine={page_size = 0}", "--trajectory", str(tmp_path / "t.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert err.strip().splitlines() == [err.strip()] and "embedded.engine: page_size: got 0" in err

@@ -50,3 +50,18 @@ def test_horizon_serve_rejects_a_folder_without_checkpoint(tmp_path):
     from agent.cli.main import main
 
     assert main(["serve", "--model", str(tmp_path)]) == 2
+
+
+def test_default_engine_config_covers_the_context_and_keeps_overrides(tiny_checkpoint):
+    from inference.engine_defaults import EngineSettingsError, default_engine_config
+
+    config = default_engine_config(tiny_checkpoint, page_size=48, num_speculative_tokens=2)
+    assert config.kv_budget_tokens == 4128 and config.page_size == 48  # 4096 + 2 drafts, in whole pages
+    assert default_engine_config(tiny_checkpoint, kv_budget_tokens=512).kv_budget_tokens == 512
+    assert default_engine_config(tiny_checkpoint, kv_budget_bytes=10**6).kv_budget_tokens is None
+    try:
+        default_engine_config(tiny_checkpoint, max_running=0)
+    except EngineSettingsError as exc:
+        assert str(exc) == "max_running: got 0 (input should be greater than or equal to 1)"
+    else:
+        raise AssertionError("max_running=0 was accepted")
