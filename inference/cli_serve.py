@@ -33,7 +33,7 @@ def register(subparsers) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from inference.engine_defaults import EngineSettingsError, default_engine_config
-    from inference.server.runner import build_state, serve
+    from inference.server.runner import build_state, listen_socket, serve
 
     if not (args.model / "config.json").is_file():
         print(f"horizon serve: --model {args.model}: no config.json there (expected a checkpoint directory)",
@@ -48,7 +48,15 @@ def _serve(args: argparse.Namespace) -> int:
     except EngineSettingsError as exc:
         print(f"horizon serve: invalid engine option: {exc}", file=sys.stderr)
         return 2
-    state = build_state(args.model, config, args.served_model_name, args.variant, args.max_inflight,
-                        args.default_max_tokens)
-    serve(state, args.host, args.port, args.log_level)
+    # Claim the port before the (slow) model load, so a busy port fails at once and nobody takes it meanwhile.
+    try:
+        sock = listen_socket(args.host, args.port)
+    except OSError as exc:
+        print(f"horizon serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc} "
+              f"(choose another --port or --host)", file=sys.stderr)
+        return 2
+    with sock:
+        state = build_state(args.model, config, args.served_model_name, args.variant, args.max_inflight,
+                            args.default_max_tokens)
+        serve(state, args.host, args.port, args.log_level, sock=sock)
     return 0

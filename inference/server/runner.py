@@ -36,20 +36,27 @@ def build_state(model_path: str | Path, engine_config, served_model_name: Option
     )
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket; raises OSError (e.g. EADDRINUSE) when the address cannot be taken."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
     return sock
 
 
-def serve(state: ServerState, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
-    """Run until interrupted; the engine's step loop runs in its own thread meanwhile."""
+def serve(state: ServerState, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
+          sock: Optional[socket.socket] = None) -> None:
+    """Run until interrupted; the engine's step loop runs in its own thread meanwhile. `sock`: an
+    already listening socket (from `listen_socket`), else one is opened on host:port."""
     import uvicorn
 
-    sock = _bind(host, port)
+    sock = sock or listen_socket(host, port)
     config = uvicorn.Config(create_app(state), log_level=log_level, timeout_graceful_shutdown=5)
     with state.engine:
         print(f"horizon serve: {state.model_name} ({state.defaults.variant} template) on http://{host}:"
@@ -64,7 +71,7 @@ class BackgroundServer:
         import uvicorn
 
         self.state = state
-        self._sock = _bind(host, port)
+        self._sock = listen_socket(host, port)
         self.host, self.port = host, self._sock.getsockname()[1]
         config = uvicorn.Config(create_app(state), log_level="warning", timeout_graceful_shutdown=2)
         self._server = uvicorn.Server(config)

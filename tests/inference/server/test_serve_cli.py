@@ -52,6 +52,22 @@ def test_horizon_serve_rejects_a_folder_without_checkpoint(tmp_path):
     assert main(["serve", "--model", str(tmp_path)]) == 2
 
 
+def test_horizon_serve_on_a_busy_port_fails_in_one_line_before_loading(tmp_path, capsys):
+    """The folder is no loadable checkpoint past config.json: reaching the model load would fail differently."""
+    from agent.cli.main import main
+
+    (tmp_path / "config.json").write_text('{"model_type": "glm_moe_dsa"}')
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        code = main(["serve", "--model", str(tmp_path), "--port", str(port), "--kv-budget-tokens", "64"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert err.strip() == f"horizon serve: cannot listen on 127.0.0.1:{port}: Address already in use " \
+                          "(choose another --port or --host)"
+
+
 def test_default_engine_config_covers_the_context_and_keeps_overrides(tiny_checkpoint):
     from inference.engine_defaults import EngineSettingsError, default_engine_config
 
