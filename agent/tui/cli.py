@@ -45,12 +45,13 @@ def run(args: argparse.Namespace) -> int:
     store = SessionStore()
     resuming = args.resume is not None
     model = args.model
-    if model is None and resuming:
+    if resuming:  # an unknown id is a usage error here, not a crash inside the app
         try:
-            model = store.open(args.resume or None).meta.model
+            resumed = store.open(args.resume or None)
         except LookupError as exc:
-            print(f"horizon chat: --resume: {exc}", file=sys.stderr)
+            print(f"horizon chat: --resume: {exc}; {_how_to_see_sessions(store)}", file=sys.stderr)
             return 2
+        model = model or resumed.meta.model
     if model is None:
         print("horizon chat: --model is required (embedded:PATH | openai:URL | replay:FILE)", file=sys.stderr)
         return 2
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
             model_spec=model,
             read_only=args.read_only,
             make_backend=make_backend,
-            resume_id=args.resume or None,
+            resume_id=resumed.meta.id if resuming else None,
             resume_latest=resuming and not args.resume,
         )
         app.theme = THEMES[args.theme]
@@ -89,6 +90,14 @@ def run(args: argparse.Namespace) -> int:
         app.run()
     print(f"session saved: {app.controller.session.id} (horizon chat --resume {app.controller.session.id})")
     return 0
+
+
+def _how_to_see_sessions(store) -> str:
+    recent = [meta.id for meta in store.list()[:5]]
+    where = f"saved sessions are folders under {store.root}"
+    if not recent:
+        return where
+    return f"recent: {', '.join(recent)} ({where}; /sessions in a chat lists them; --resume alone takes the latest)"
 
 
 def open_workspace_sandbox(repo: Path, read_only: bool, config):

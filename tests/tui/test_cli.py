@@ -31,3 +31,15 @@ def test_read_only_mount_refuses_edits(docker_client, chat_repo):
         assert result.is_error
         assert "a - b" in tools.call("view", {"path": "calc.py"}).output
     assert (chat_repo / "calc.py").read_text().endswith("a - b\n")
+
+
+def test_chat_resume_of_an_unknown_session_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    from agent.tui.session import SessionStore
+
+    monkeypatch.setenv("HORIZON_HOME", str(tmp_path / "home"))
+    saved = SessionStore().create(str(tmp_path), "replay:x")
+    for model in ([], ["--model", "replay:x"]):
+        assert main(["chat", str(tmp_path), "--resume", "nosuchid", *model]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "no session matching 'nosuchid'" in err
+        assert f"recent: {saved.id}" in err and "/sessions" in err
