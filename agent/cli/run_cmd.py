@@ -64,6 +64,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.list_tools:
         return list_tools()
+    if args.json and args.patch_out == "-":  # stdout carries one JSON event per line; a diff would break it
+        print("horizon run: --patch-out - cannot be combined with --json (stdout holds the JSON events); "
+              "write the patch to a file, or read it from the trajectory's last workspace_checkpoint event",
+              file=sys.stderr)
+        return 2
     try:
         plan = make_plan(args)
     except (ConfigError, TrajectoryError, ValueError) as exc:

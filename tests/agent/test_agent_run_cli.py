@@ -162,3 +162,10 @@ def test_run_reports_a_bad_engine_setting_in_one_line(tmp_path, tiny_checkpoint,
     err = capsys.readouterr().err
     assert code == 1 and "Traceback" not in err
     assert err.strip().splitlines() == [err.strip()] and "embedded.engine: page_size: got 0" in err
+
+
+def test_json_events_and_a_patch_on_stdout_are_rejected_together(tmp_path, capsys):
+    code = main(["run", "x", "--repo", str(tmp_path), "--model", "replay:x.jsonl", "--json", "--patch-out", "-"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert "--patch-out - cannot be combined with --json" in err
