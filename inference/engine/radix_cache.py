@@ -226,10 +226,12 @@ class RadixCache:
     def attach_tail(self, node: Node, tokens: tuple, page: int) -> bool:
         """Keep a finished sequence's partly filled last page after `node`, so its next turn
         reuses every token with KV, not just the whole pages. False: the caller frees the page."""
-        if not self.enabled or node.parent is None or not node.on_device or not tokens:
+        # The root takes a tail too: it is where a prompt shorter than one page ends.
+        if not self.enabled or not node.on_device or not tokens:
             return False
         self._drop_tail(node)
         node.tail = (tokens, page)
+        node.last_access = self._tick  # the root is never matched, so its tail's LRU age starts here
         self.device_cached_pages += 1
         return True
 
@@ -304,11 +306,14 @@ class RadixCache:
             return (self._protected(n, now), n.last_access, int(whole), id(n)), whole, n
 
         heap = [entry(n, True) for n in self._nodes if self._device_leaf(n)]
-        heap += [entry(n, False) for n in self._nodes if n.tail is not None and not self._device_leaf(n)]
+        tailed = [n for n in self._nodes if n.tail is not None and not self._device_leaf(n)]
+        if self.root.tail is not None:  # the root is in no node set, but its tail is evictable
+            tailed.append(self.root)
+        heap += [entry(n, False) for n in tailed]
         heapq.heapify(heap)
         while self.allocator.num_free < num_pages and heap:
             _, whole, node = heapq.heappop(heap)
-            if node not in self._nodes:
+            if node is not self.root and node not in self._nodes:
                 continue
             if not whole:
                 self._drop_tail(node)
@@ -372,7 +377,9 @@ class RadixCache:
         self._nodes.discard(node)
 
     def clear(self) -> None:
-        """Drop every unlocked node (both tiers)."""
+        """Drop every unlocked node (both tiers) and the root's tail (running sequences only
+        ever hold copies of tails)."""
+        self._drop_tail(self.root)
         for child in list(self.root.children.values()):
             self._clear_unlocked(child)
 

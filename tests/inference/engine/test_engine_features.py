@@ -46,6 +46,15 @@ def test_second_identical_request_reports_everything_but_the_last_token(engine_c
     assert first[0].token_ids == second[0].token_ids
 
 
+def test_identical_prompt_shorter_than_a_page_hits_the_cache(engine_checkpoint, hf_greedy):
+    eng = engine(engine_checkpoint)
+    prompt = make_prompt(11, 10)
+    first, second = eng.generate([req(prompt)]), eng.generate([req(prompt)])
+    assert first[0].usage.cached_tokens == 0
+    assert second[0].usage.cached_tokens == len(prompt) - 1 == second[0].usage.cached_tokens_device
+    assert first[0].token_ids == second[0].token_ids == hf_greedy(tuple(prompt), 4)
+
+
 def test_session_next_turn_reports_previous_prompt_and_output_cached(engine_checkpoint):
     eng = engine(engine_checkpoint)
     prompt = make_prompt(2, 37)

@@ -201,3 +201,21 @@ def test_partial_tail_page_is_reused_and_freed_with_its_node():
     assert cache.make_room(4)  # spilling the node to the host drops its device-only tail
     assert cache.host_cached_pages == 2 and alloc.num_free == 4
     check_invariants(cache, alloc)
+
+
+def test_prompt_shorter_than_a_page_keeps_its_tail_on_the_root():
+    cache, alloc = make(device_pages=4)
+    node, leftover = cache.insert([1, 2, 3], [])  # no whole page: the path ends at the root
+    assert node is cache.root and leftover == []
+    page = alloc.alloc(1)[0]
+    assert cache.attach_tail(node, (1, 2, 3), page)
+    check_invariants(cache, alloc)
+    m = cache.match([1, 2, 3], 0)
+    assert m.node is cache.root
+    assert cache.match_tail(m.node, [1, 2, 3], 0, 2) == (page, 2)
+    assert cache.make_room(4)  # evictable like any other tail
+    assert cache.root.tail is None and alloc.num_free == 4
+    assert cache.attach_tail(cache.root, (1, 2), alloc.alloc(1)[0])
+    cache.clear()
+    assert cache.root.tail is None and alloc.num_free == 4
+    check_invariants(cache, alloc)
