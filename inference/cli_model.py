@@ -17,7 +17,9 @@ def register(subparsers) -> None:
     init.add_argument("--preset", choices=["tiny", "small"], default="tiny")
     init.add_argument("--seed", type=int, default=0)
     init.add_argument("--fp8", action="store_true", help="FP8 e4m3 weights with 128x128 weight_scale_inv blocks")
-    init.add_argument("--shards", type=int, default=2)
+    init.add_argument("--shards", type=int, default=2, help="number of safetensors files (>= 1)")
+    init.add_argument("--force", action="store_true",
+                      help="write into a non-empty OUT, first removing its checkpoint files (others stay)")
     init.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override a config.json field (VALUE parsed as JSON, else taken as a string); repeatable",
@@ -45,10 +47,17 @@ def parse_overrides(items: list[str]) -> dict:
 
 def _init_random(args: argparse.Namespace) -> int:
     from inference.config import ConfigError
-    from inference.random_checkpoint import write_random_checkpoint
+    from inference.random_checkpoint import check_args, clear_checkpoint_files, write_random_checkpoint
 
     try:
         overrides = parse_overrides(args.overrides)
+        check_args(args.preset, overrides, args.shards)
+        if args.out.exists() and not args.out.is_dir():
+            raise ValueError(f"{args.out}: exists and is not a directory")
+        if args.out.is_dir() and any(args.out.iterdir()):
+            if not args.force:
+                raise ValueError(f"{args.out}: directory is not empty (pass --force to replace the checkpoint in it)")
+            clear_checkpoint_files(args.out)
         write_random_checkpoint(args.out, args.preset, args.seed, overrides, fp8=args.fp8, shards=args.shards)
     except (ValueError, ConfigError) as exc:
         print(f"horizon model init-random: {exc}", file=sys.stderr)

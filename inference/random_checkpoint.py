@@ -8,6 +8,8 @@ tokenizer trainer is installed) a tokenizer whose special ids set eos/pad.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import importlib
 import importlib.util
 import json
@@ -62,10 +64,53 @@ _QUANTIZED = re.compile(
 )
 
 
+# config.json keys ModelConfig.from_dict reads although they are not its fields (aliases, the
+# raw forms of derived fields), plus the ones transformers needs that we write anyway.
+_READ_KEYS = {"index_topk_pattern", "index_topk_freq", "index_skip_topk_offset", "rope_parameters", "rope_scaling",
+              "quantization_config", "num_experts", "num_key_value_heads", "head_dim", "qk_head_dim"}
+# Everything we write into a checkpoint folder; --force removes only these (and *.safetensors).
+CHECKPOINT_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json", "tokenizer.json",
+                    "tokenizer_config.json", "chat_template.jinja")
+
+
+def known_config_keys() -> set[str]:
+    fields = {f.name for f in dataclasses.fields(ModelConfig)} - {"extra"}
+    presets = {k for p in PRESETS.values() for k in p}
+    return fields | presets | set(_COMMON) | _READ_KEYS
+
+
+def check_override_keys(overrides: dict[str, Any]) -> None:
+    """A typo in --set would otherwise land in config.json unread, and nobody would notice."""
+    known = known_config_keys()
+    for key in overrides:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=3)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise ValueError(f"--set {key}: not a GLM-5.x config field{hint}")
+
+
 def preset_config(preset: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     if preset not in PRESETS:
         raise ValueError(f"preset={preset!r}: expected one of {sorted(PRESETS)}")
+    check_override_keys(overrides or {})
     return {**_COMMON, **PRESETS[preset], **(overrides or {})}
+
+
+def check_args(preset: str, overrides: dict[str, Any] | None, shards: int) -> None:
+    """Everything about a request that can be wrong, checked before any file is touched."""
+    if shards < 1:
+        raise ValueError(f"shards={shards}: expected at least 1 safetensors file")
+    raw = preset_config(preset, overrides)
+    raw.setdefault("num_key_value_heads", raw["num_attention_heads"])
+    ModelConfig.from_dict(raw)
+
+
+def clear_checkpoint_files(out: Path) -> None:
+    """Remove a previous checkpoint's files (weights, index, config, tokenizer) and nothing else,
+    so a rewrite with fewer shards leaves no stale shard behind."""
+    for path in [*out.glob("*.safetensors"), *(out / name for name in CHECKPOINT_FILES)]:
+        if path.is_file():
+            path.unlink()
 
 
 def write_random_checkpoint(
@@ -77,6 +122,7 @@ def write_random_checkpoint(
     shards: int = 2,
     dtype: torch.dtype = torch.bfloat16,
 ) -> Path:
+    check_args(preset, overrides, shards)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     raw = preset_config(preset, overrides)
@@ -98,7 +144,7 @@ def write_random_checkpoint(
     tensors = random_tensors(config, seed, dtype)
     if fp8:
         tensors = _quantize(tensors)
-    _write_shards(out, tensors, max(1, shards))
+    _write_shards(out, tensors, shards)
     (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")
     generation = {"eos_token_id": raw["eos_token_id"], "pad_token_id": raw["pad_token_id"], "temperature": 1.0, "top_p": 0.95}
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n", encoding="utf-8")

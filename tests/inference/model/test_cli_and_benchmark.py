@@ -57,6 +57,36 @@ def test_bad_override_is_a_clear_error(tmp_path, capsys):
     assert _cli(["init-random", str(tmp_path / "y"), "--set", "no_equals_sign"]) == 2
 
 
+def test_unknown_override_key_is_rejected_with_a_suggestion(tmp_path, capsys):
+    out = tmp_path / "x"
+    assert _cli(["init-random", str(out), "--set", "nonexist=3"]) == 2
+    assert "nonexist" in capsys.readouterr().err
+    assert _cli(["init-random", str(out), "--set", "index_topkk=4"]) == 2
+    err = capsys.readouterr().err
+    assert "index_topkk" in err and "'index_topk'" in err
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_zero_shards_is_rejected(tmp_path, capsys):
+    assert _cli(["init-random", str(tmp_path / "x"), "--shards", "0"]) == 2
+    assert "shards=0" in capsys.readouterr().err
+
+
+def test_non_empty_out_needs_force_which_replaces_only_checkpoint_files(tmp_path, capsys):
+    out = tmp_path / "ckpt"
+    assert _cli(["init-random", str(out), "--shards", "3"]) == 0
+    (out / "notes.txt").write_text("mine")
+    assert _cli(["init-random", str(out), "--shards", "1"]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert len(list(out.glob("*.safetensors"))) == 3  # refused before touching anything
+    assert _cli(["init-random", str(out), "--shards", "1", "--force", "--set", "nonexist=1"]) == 2
+    assert len(list(out.glob("*.safetensors"))) == 3  # a bad request clears nothing either
+    assert _cli(["init-random", str(out), "--shards", "1", "--force"]) == 0
+    assert [p.name for p in out.glob("*.safetensors")] == ["model-00001-of-00001.safetensors"]
+    assert (out / "notes.txt").read_text() == "mine"
+    assert load_model(out)(torch.tensor([[1, 2, 3]])).isfinite().all()
+
+
 def test_benchmark_quick_mode_runs(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run(
