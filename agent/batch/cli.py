@@ -8,7 +8,6 @@ nothing could run at all; 130 when stopped (finished jobs stay recorded for --re
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
@@ -75,17 +74,15 @@ def run(args: argparse.Namespace) -> int:
     except FileExistsError as exc:
         print(f"horizon batch: {exc}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    from agent.cli.signals import on_termination
+
     try:
-        summary = runner.run()
+        with on_termination():  # kill / a closed terminal stop like Ctrl-C: running jobs' sandboxes are removed
+            summary = runner.run()
     except KeyboardInterrupt:
         print("horizon batch: stopped; rerun with --resume to finish the remaining jobs", file=sys.stderr)
         return 130
     return 1 if summary.by_status.get("error") or summary.invalid_lines else 0
-
-
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def _sandbox_factory(image: str | None, config):

@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import sys
-import threading
 import time
 import tomllib
 from contextlib import ExitStack
@@ -74,7 +72,10 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, TrajectoryError, ValueError) as exc:
         print(f"horizon run: {exc}", file=sys.stderr)
         return 2
-    return execute(plan, json_events=args.json, patch_out=args.patch_out)
+    from agent.cli.signals import on_termination
+
+    with on_termination():  # kill / a closed terminal unwind like Ctrl-C: the sandbox is removed
+        return execute(plan, json_events=args.json, patch_out=args.patch_out)
 
 
 def list_tools() -> int:
@@ -191,6 +192,7 @@ class _Checkpointer:
 def execute(plan: RunPlan, *, json_events: bool = False, patch_out: str | None = None) -> int:
     from agent.backends import BackendError, make_backend
     from agent.cli.progress import JsonEventPrinter, ProgressPrinter
+    from agent.cli.signals import on_termination
     from agent.events import RunStart, WorkspaceCheckpoint
     from agent.instructions import build_system_prompt, load_project_instructions
     from agent.loop import Agent
@@ -244,11 +246,8 @@ def execute(plan: RunPlan, *, json_events: bool = False, patch_out: str | None =
                 steps_done=state.usage.calls if state else 0,
                 usage=state.usage if state else None,
             )
-            restore = _interrupt_on_sigint(agent)
-            try:
+            with on_termination(_graceful_stop(agent), include_sigint=True):
                 result = agent.run(None if state else plan.task)
-            finally:
-                restore()
             patch = workspace.diff()
             writer(WorkspaceCheckpoint(step=result.steps, patch=patch))
     except (BackendError, SandboxError, PluginError, WorkspaceError, MCPError) as exc:
@@ -275,17 +274,15 @@ def _write_patch(patch: str, patch_out: str | None) -> None:
         Path(patch_out).write_bytes(patch.encode("utf-8", errors="surrogateescape"))
 
 
-def _interrupt_on_sigint(agent):
-    """First Ctrl-C stops the agent cleanly (trajectory and patch are still written); a second one
-    raises KeyboardInterrupt as usual."""
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
+def _graceful_stop(agent):
+    """The first Ctrl-C, SIGTERM or SIGHUP stops the agent cleanly (trajectory and patch are still
+    written); a second one aborts."""
 
-    def handler(signum, frame):
-        signal.signal(signal.SIGINT, previous)
-        print("\ninterrupting (Ctrl-C again to abort)...", file=sys.stderr)
+    def stop() -> None:
+        try:
+            print("\ninterrupting (Ctrl-C again to abort)...", file=sys.stderr)
+        except OSError:  # the terminal is gone (SIGHUP)
+            pass
         agent.interrupt()
 
-    previous = signal.signal(signal.SIGINT, handler)
-    return lambda: signal.signal(signal.SIGINT, previous)
-
+    return stop

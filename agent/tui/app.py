@@ -98,6 +98,7 @@ class ChatApp(App):
         self.slash = SlashHandler(self)
         self._pending: ApprovalRequest | None = None
         self._exit_armed = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # set once mounted, for request_quit
 
     # -- layout -------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -109,6 +110,7 @@ class ChatApp(App):
         yield StatusLine(self.stats, lambda: self.clock() - self._started, id="status")
 
     async def on_mount(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self.query_one(ApprovalBar).hide()
         self.query_one(PromptInput).focus()
         if self._resuming is not None:
@@ -248,6 +250,14 @@ class ChatApp(App):
             await asyncio.to_thread(self.controller.wait, 10.0)
         self.controller.session.save_meta()
         self.exit()
+
+    def request_quit(self) -> None:
+        """Quit as Ctrl+Q does (agent stopped, session saved). Safe from a signal handler or another
+        thread; before the app is up (or after it ended) it raises KeyboardInterrupt instead."""
+        loop = self._loop
+        if loop is None or loop.is_closed() or not self.is_running:
+            raise KeyboardInterrupt
+        loop.call_soon_threadsafe(self.call_next, self.action_quit_chat)
 
     # -- sessions -----------------------------------------------------------------------------
     async def restore(self, session) -> None:

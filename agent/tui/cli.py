@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import threading
 from pathlib import Path
 
 from agent.tui.approval import MODES
@@ -33,6 +35,7 @@ def supported_efforts() -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from agent.backends import make_backend
+    from agent.cli.signals import on_termination
     from agent.config import ConfigError, load_config
     from agent.tools import ToolSet, builtin_tools
     from agent.tui.app import ChatApp
@@ -69,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
         print("horizon chat: sandbox.local is not supported: the chat mounts the repository into a container",
               file=sys.stderr)
         return 2
-    with open_workspace_sandbox(repo, args.read_only, config) as sandbox:
+    # kill / a closed terminal: like Ctrl+Q once the app is up (session saved), else unwind like Ctrl-C;
+    # either way the `with` removes the container.
+    with on_termination(), open_workspace_sandbox(repo, args.read_only, config) as sandbox:
         tools = ToolSet(builtin_tools(sandbox, config.tools))
         app = ChatApp(
             config=config,
@@ -87,9 +92,35 @@ def run(args: argparse.Namespace) -> int:
         app.theme = THEMES[args.theme]
         app.controller.policy.mode = args.mode
         app.stats.mode = args.mode
-        app.run()
-    print(f"session saved: {app.controller.session.id} (horizon chat --resume {app.controller.session.id})")
+        app_done = threading.Event()
+        with on_termination(_quit_on_signal(app, sandbox, app_done)):
+            app.run()
+        app_done.set()
+    try:
+        print(f"session saved: {app.controller.session.id} (horizon chat --resume {app.controller.session.id})")
+    except OSError:  # the terminal is gone (SIGHUP); the session is on disk all the same
+        pass
     return 0
+
+
+def _quit_on_signal(app, sandbox, app_done: threading.Event, grace_s: float = 20.0):
+    """Quit as Ctrl+Q does. When the terminal is gone (SIGHUP), Textual's shutdown can block on
+    output nobody reads; if the app has not finished after `grace_s`, remove the container and leave."""
+
+    def force_quit() -> None:
+        if app_done.wait(grace_s):
+            return
+        try:
+            app.controller.session.save_meta()
+            sandbox.close()
+        finally:
+            os._exit(129)
+
+    def stop() -> None:
+        app.request_quit()
+        threading.Thread(target=force_quit, name="horizon-force-quit", daemon=True).start()
+
+    return stop
 
 
 def _how_to_see_sessions(store) -> str:

@@ -169,3 +169,36 @@ def test_json_events_and_a_patch_on_stdout_are_rejected_together(tmp_path, capsy
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert "--patch-out - cannot be combined with --json" in err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_kill_stops_the_run_like_ctrl_c_and_removes_its_container(tmp_path, docker_client, signum):
+    repo = make_repo(tmp_path)
+    script = write_replay(tmp_path / "script.jsonl", [
+        {"tool_calls": [call("bash", command="sleep 60", timeout=120)]},
+        {"tool_calls": [call("finish", summary="never reached")]},
+    ])
+    trajectory = tmp_path / "run.jsonl"
+    # Its own run id (a suffix of the session's, which labels every container) tells its container apart.
+    run_id = f"{os.environ['HORIZON_RUN_ID']}-kill{int(signum)}"
+    label = {"label": f"dev.horizon.run={run_id}"}
+    proc = subprocess.Popen([HORIZON, "run", "wait", "--repo", str(repo), "--model", f"replay:{script}",
+                             "--trajectory", str(trajectory)], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "HORIZON_RUN_ID": run_id})
+    try:
+        deadline = time.monotonic() + 120
+        while not (trajectory.exists() and "sleep 60" in trajectory.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
+            time.sleep(0.2)
+        assert len(docker_client.containers.list(filters=label)) == 1  # the run's sandbox is up
+        proc.send_signal(signum)
+        assert proc.wait(timeout=60) == 130, proc.stderr.read()
+        leaked = docker_client.containers.list(all=True, filters=label)
+        assert leaked == [], [c.name for c in leaked]
+        assert load_trajectory(trajectory).finish_reason == "interrupted"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+        for container in docker_client.containers.list(all=True, filters=label):
+            container.remove(force=True)

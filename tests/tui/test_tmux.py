@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -82,3 +83,55 @@ def test_horizon_chat_in_tmux(tmp_path, docker_client, chat_repo):
         subprocess.run([*tmux.base, "kill-server"], capture_output=True)
     (session,) = SessionStore(home / "sessions").list()
     assert session.title == "fix the add function"
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.parametrize("how", ["kill", "close-terminal"])
+def test_kill_or_a_closed_terminal_quits_chat_cleanly(tmp_path, docker_client, chat_repo, how):
+    """SIGTERM (`kill`) and SIGHUP (the terminal closed) mid-turn: the container goes, the session is saved."""
+    spec = write_replay(tmp_path / "wait.jsonl", [
+        {"tool_calls": [{"id": "c1", "name": "bash", "arguments": {"command": "sleep 60", "timeout": 120}}]},
+        {"content": "done"},
+    ])
+    home, pid_file = tmp_path / "home", tmp_path / "chat.pid"
+    run_id = f"{os.environ['HORIZON_RUN_ID']}-chat-{how}"
+    label = {"label": f"dev.horizon.run={run_id}"}
+    horizon = Path(sys.executable).with_name("horizon")
+    env = {"HORIZON_HOME": str(home), "HORIZON_RUN_ID": run_id, "TERM": "xterm-256color"}
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    chat = f"{horizon} chat {shlex.quote(str(chat_repo))} --model {spec} --mode auto"
+    command = f"sh -c 'echo $$ > {pid_file}; exec env {exports} {chat}'; echo EXITED=$?; sleep 30"
+    tmux = Tmux(f"horizon-test-{uuid.uuid4().hex[:8]}", "chat")
+    tmux.run("new-session", "-d", "-s", "chat", "-x", "100", "-y", "30", command)
+    try:
+        tmux.wait_for("Ask Horizon", timeout=60)
+        tmux.keys("-l", "wait a minute")
+        tmux.keys("Enter")
+        tmux.wait_for("sleep 60")
+        assert len(docker_client.containers.list(filters=label)) == 1
+        pid = int(pid_file.read_text())
+        if how == "kill":
+            os.kill(pid, signal.SIGTERM)
+            assert "session saved:" in tmux.wait_for("EXITED=0", timeout=60)
+        else:
+            subprocess.run([*tmux.base, "kill-server"], capture_output=True)
+        deadline = time.monotonic() + 60
+        while _alive(pid):
+            assert time.monotonic() < deadline, "horizon chat did not exit"
+            time.sleep(0.2)
+        leaked = docker_client.containers.list(all=True, filters=label)
+        assert leaked == [], [c.name for c in leaked]
+    finally:
+        subprocess.run([*tmux.base, "kill-server"], capture_output=True)
+        for container in docker_client.containers.list(all=True, filters=label):
+            container.remove(force=True)
+    (session,) = SessionStore(home / "sessions").list()
+    assert session.title == "wait a minute"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
