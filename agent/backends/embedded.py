@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 from agent.backends.base import BackendError, BackendInterrupted, BackendResponse, ContextOverflow, OnDelta, Usage
+from agent.backends.engine_pool import LoadedEngine, load_engine
 from agent.config import EFFORT_ALIASES, EmbeddedConfig
 from inference.chat.conversation import Conversation
 from inference.chat.messages import Message, ToolSpec
@@ -23,26 +24,16 @@ from inference.chat.variants import normalize_reasoning_effort
 
 
 class EmbeddedBackend:
-    def __init__(self, path: str | Path, config: EmbeddedConfig | None = None):
+    """`shared`: an engine from an `EnginePool`, which owns it; without one the backend loads and owns its own."""
+
+    def __init__(self, path: str | Path, config: EmbeddedConfig | None = None, shared: LoadedEngine | None = None):
         from inference.chat.template import detect_variant  # one rule for the server and the agent
-        from inference.engine.engine import Engine
-        from inference.engine_defaults import EngineSettingsError, default_engine_config
-        from inference.tokenizer import Tokenizer
 
         self.config = config or EmbeddedConfig()
-        path = Path(path)
-        if not (path / "config.json").is_file():
-            raise BackendError(f"embedded:{path}: not a checkpoint folder (no config.json)")
-        self.tokenizer = Tokenizer.from_pretrained(path)
+        self._owns_engine = shared is None
+        loaded = shared or load_engine(path, self.config.engine)
+        self.engine, self.tokenizer = loaded.engine, loaded.tokenizer
         self.variant = self.config.variant or detect_variant(self.tokenizer.chat_template)
-        try:  # the same defaults as `horizon serve` (a KV budget sized to the model's context)
-            engine_config = default_engine_config(path, **self.config.engine)
-        except EngineSettingsError as exc:
-            raise BackendError(f"embedded.engine: {exc}") from None
-        try:
-            self.engine = Engine(path, engine_config, detokenize=self.tokenizer.decode)
-        except (ValueError, OSError, RuntimeError) as exc:  # e.g. a budget below one page, an unusable device
-            raise BackendError(f"embedded:{path}: cannot start the engine: {' '.join(str(exc).split())}") from None
         self.stop_ids = list(self.tokenizer.stop_token_ids)
         self.conversation: Conversation | None = None
         self.session_id: str | None = None
@@ -143,4 +134,5 @@ class EmbeddedBackend:
         return conv, self.session_id
 
     def close(self) -> None:
-        self.engine.shutdown()
+        if self._owns_engine:  # a shared engine is stopped by its pool, once every job is done
+            self.engine.shutdown()

@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Callable
 
-from agent.backends import make_backend
+from agent.backends import EnginePool, make_backend
 from agent.batch.jobs import BatchJob
 from agent.batch.layout import JobPaths
 from agent.batch.results import JobResult, classify
@@ -38,6 +38,7 @@ class JobSettings:
     base_dir: Path
     default_timeout_s: float | None = None
     sandbox_factory: Callable[[Path], AbstractContextManager] | None = None  # workspace -> started sandbox
+    engines: EnginePool | None = None  # `embedded:` jobs share one engine; the batch run owns and closes it
 
 
 class JobAborted(Exception):
@@ -155,12 +156,16 @@ def _run_in_sandbox(job, settings, paths, handle, sandbox, workspace: JobWorkspa
         trajectory(RunStart(task=task, model=model, settings={"job": job.model_dump(), **config.model_dump()}))
         tools = ToolSet(builtin_tools(sandbox, config.tools))
         system_prompt = build_system_prompt(config, load_project_instructions(workspace.path), WORKDIR)
-        agent = Agent(config, make_backend(model, config), tools, on_event=trajectory, system_prompt=system_prompt)
-        with handle.lock:
-            if handle.timed_out or handle.aborted:
-                return
-            handle.agent = agent
-        outcome.run = agent.run(task)
+        backend = make_backend(model, config, settings.engines)
+        try:
+            agent = Agent(config, backend, tools, on_event=trajectory, system_prompt=system_prompt)
+            with handle.lock:
+                if handle.timed_out or handle.aborted:
+                    return
+                handle.agent = agent
+            outcome.run = agent.run(task)
+        finally:
+            backend.close()
     if handle.timed_out or handle.aborted:
         return
     if outcome.run.reason == "error":

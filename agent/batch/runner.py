@@ -6,6 +6,7 @@ reruns exactly the jobs that had not finished.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -13,6 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TextIO
 
+from agent.backends import EnginePool
 from agent.batch.branches import BranchError, commit_patch_to_branch
 from agent.batch.execute import JobAborted, JobHandle, JobSettings, run_job
 from agent.batch.jobs import BatchJob, JobLineError
@@ -44,7 +46,8 @@ class BatchRunner:
         self.skipped = [job.id for job in jobs if job.id in done]
         self.jobs = [job for job in jobs if job.id not in done]
         self.invalid = invalid
-        self.settings = settings
+        self.engines = EnginePool()  # one model load for all `embedded:` jobs; closed when run() ends
+        self.settings = dataclasses.replace(settings, engines=self.engines)
         self.concurrency = max(1, concurrency)
         self.branch_prefix = branch_prefix
         self.stream = stream
@@ -63,7 +66,7 @@ class BatchRunner:
             self._say(f"resume: skipping {len(self.skipped)} finished jobs")
         self._say(f"running {len(self.jobs)} jobs, {self.concurrency} at a time -> {self.layout.root}")
         self.progress = Progress(len(self.jobs), self.stream)
-        with self.progress, ThreadPoolExecutor(self.concurrency, thread_name_prefix="horizon-job") as pool:
+        with self.engines, self.progress, ThreadPoolExecutor(self.concurrency, thread_name_prefix="horizon-job") as pool:
             pending: set[Future] = {pool.submit(self._one, job) for job in self.jobs}
             try:
                 while pending:

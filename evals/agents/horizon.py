@@ -1,6 +1,7 @@
 """The horizon agent in the eval harness: the real agent loop, any model backend, the task's sandbox.
 
 Each trial gets a fresh backend (a replay file restarts, an endpoint gets a new session), the
+`embedded:` trials of one run sharing the agent's one loaded engine (`close()` stops it), the
 built-in tools over the task's sandbox, plus `terminal` for Terminal-Bench tasks. The wall-clock
 limit is the task's agent timeout; past it the agent is interrupted. Every event goes to the
 trial's trajectory.jsonl as it happens.
@@ -9,8 +10,9 @@ trial's trajectory.jsonl as it happens.
 from __future__ import annotations
 
 import threading
+import weakref
 
-from agent.backends import make_backend
+from agent.backends import EnginePool, make_backend
 from agent.config import AgentConfig
 from agent.events import RunStart
 from agent.instructions import build_system_prompt, load_project_instructions_from_sandbox
@@ -29,13 +31,20 @@ class HorizonAgent:
         self.model = model
         self.overrides = dict(overrides or {})
         AgentConfig.model_validate({**self.overrides, "model": model})  # fail before any trial starts
+        self.engines = EnginePool()
+        # The eval runner keeps the agent for the whole run; without an explicit close() the
+        # engines stop when the agent is collected or the process exits.
+        self._finalizer = weakref.finalize(self, self.engines.close)
+
+    def close(self) -> None:
+        self._finalizer()
 
     def _config(self, ctx: AgentContext) -> AgentConfig:
         return AgentConfig.model_validate({**self.overrides, "model": self.model, "time_limit_s": max(1.0, ctx.remaining())})
 
     def run(self, ctx: AgentContext) -> AgentOutcome:
         config = self._config(ctx)
-        backend = make_backend(self.model, config)
+        backend = make_backend(self.model, config, self.engines)
         tools = ToolSet(builtin_tools(ctx.sandbox, config.tools, ctx.workdir))
         if ctx.terminal is not None:
             tools.add(TerminalTool(ToolContext(ctx.sandbox, config.tools, ctx.workdir), ctx.terminal))
@@ -57,6 +66,7 @@ class HorizonAgent:
             stop.set()
             writer.close()
             tools.close()
+            backend.close()
         usage = result.usage
         tokens = TokenUsage(input=usage.prompt_tokens, output=usage.completion_tokens, cached=usage.cached_tokens)
         reason = "timeout" if result.reason in ("interrupted", "time_limit") else result.reason
