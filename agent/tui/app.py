@@ -126,6 +126,11 @@ class ChatApp(App):
 
     async def on_agent_post(self, message: AgentPost) -> None:
         payload = message.payload
+        if not self.conversation.is_attached:
+            # Quitting: exit() ran while the stopped worker's last events (an interrupted command's
+            # failed output, the finish) were still queued. They are already in the session file;
+            # mounting them into the closing app raises MountError.
+            return
         if isinstance(payload, ApprovalRequest):
             await self._ask(payload)
         elif isinstance(payload, TurnDone):

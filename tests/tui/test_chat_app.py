@@ -202,3 +202,22 @@ async def test_compact_sessions_and_resume_commands(make_app, recorded_session):
         await pilot.press(*"/resume nope", "enter")
         await pilot.pause(0.2)
         assert "no session matching 'nope'" in screen_text(app)
+
+
+async def test_quit_while_a_command_runs_does_not_mount_into_a_closing_app(make_app):
+    # Ctrl+Q interrupts the command and waits for the worker, whose last events (the failed, exit-130
+    # tool output, the finish, the turn end) are still queued when exit() runs; handling them must
+    # not mount into the closing app (MountError: can't mount before ToolBlock(classes='failed tool')).
+    steps = [{"tool_calls": [call("q1", "bash", command="sleep 300")]}, {"content": "never"}]
+    app = make_app(steps)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.set_mode("auto")
+        await pilot.press(*"wait a while", "enter")
+        await until(pilot, lambda: "q1" in app.conversation.tools and app.conversation.tools["q1"].state == "running",
+                    what="the command to start")
+        await pilot.press("ctrl+q")
+        await pilot.pause(0.2)
+    assert app.return_code in (0, None)
+    outputs = [r for r in app.controller.session.records() if isinstance(r, ToolOutput)]
+    last = outputs[-1]  # saved, though not shown; killed (exit 130) or stopped before it started
+    assert last.call_id == "q1" and (last.is_error or last.exit_code not in (None, 0)) and last.output.strip()
