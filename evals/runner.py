@@ -109,7 +109,18 @@ def _run_with_retries(task: Task, agent: EvalAgent, engine: Engine, out_dir: Pat
 def run_eval(path: Path, options: RunOptions, config: EvalConfig | None = None,
              agent: EvalAgent | None = None) -> Summary:
     config = config or EvalConfig()
-    agent = agent or make_agent(options, config)  # a bad --agent/--model fails before anything is written
+    if agent is not None:  # the caller's agent: the caller closes it
+        return _run_eval(path, options, config, agent)
+    agent = make_agent(options, config)  # a bad --agent/--model fails before anything is written
+    try:
+        return _run_eval(path, options, config, agent)
+    finally:
+        close = getattr(agent, "close", None)  # the horizon agent holds loaded engines until closed
+        if close is not None:
+            close()
+
+
+def _run_eval(path: Path, options: RunOptions, config: EvalConfig, agent: EvalAgent) -> Summary:
     out = Path(options.out_dir)
     results = ResultsLog(out / "results.jsonl")
     previous = [r for r in results.load() if r.agent == options.agent]
