@@ -74,6 +74,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # kill / a closed terminal: like Ctrl+Q once the app is up (session saved), else unwind like Ctrl-C;
     # either way the `with` removes the container.
+    apps: list = []
+    try:
+        return _run_app(args, repo, store, config, backend, model, resumed if resuming else None, apps)
+    finally:
+        # The backend current at exit (after any /model switch) holds the model: close it.
+        (apps[0].controller.backend if apps else backend).close()
+
+
+def _run_app(args, repo, store, config, backend, model, resumed, apps: list) -> int:
+    resuming = resumed is not None
     with on_termination(), open_workspace_sandbox(repo, args.read_only, config) as sandbox:
         tools = ToolSet(builtin_tools(sandbox, config.tools))
         app = ChatApp(
@@ -89,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
             resume_id=resumed.meta.id if resuming else None,
             resume_latest=resuming and not args.resume,
         )
+        apps.append(app)
         app.theme = THEMES[args.theme]
         app.controller.policy.mode = args.mode
         app.stats.mode = args.mode

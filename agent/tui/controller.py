@@ -138,5 +138,9 @@ class ChatController:
         return records
 
     def set_backend(self, backend) -> None:
-        self.backend = backend
+        """Switch models (only while idle). The old backend is closed: an embedded one holds a whole
+        model and its KV cache, and would otherwise live until the process exits."""
+        old, self.backend = self.backend, backend
         self.agent.backend = backend
+        if old is not backend:
+            old.close()

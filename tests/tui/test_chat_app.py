@@ -221,3 +221,20 @@ async def test_quit_while_a_command_runs_does_not_mount_into_a_closing_app(make_
     outputs = [r for r in app.controller.session.records() if isinstance(r, ToolOutput)]
     last = outputs[-1]  # saved, though not shown; killed (exit 130) or stopped before it started
     assert last.call_id == "q1" and (last.is_error or last.exit_code not in (None, 0)) and last.output.strip()
+
+
+async def test_switching_models_closes_the_old_backend(make_app, tiny_checkpoint):
+    """An embedded model holds its weights, KV cache and engine thread until closed: /model must close it."""
+    from agent.backends import make_backend
+
+    app = make_app([])
+    async with app.run_test(size=(100, 30)) as pilot:
+        old = make_backend(f"embedded:{tiny_checkpoint}", app.controller.config)
+        old.engine.start()
+        app.controller.set_backend(old)
+        await pilot.press(*f"/model embedded:{tiny_checkpoint}", "enter")
+        await until(pilot, lambda: app.controller.backend is not old, what="the model switch")
+        assert old.engine._thread is None  # shut down
+        await pilot.press(*"/exit", "enter")
+        await pilot.pause(0.2)
+    app.controller.backend.close()
