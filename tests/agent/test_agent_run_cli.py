@@ -184,7 +184,10 @@ def test_kill_stops_the_run_like_ctrl_c_and_removes_its_container(tmp_path, dock
     label = {"label": f"dev.horizon.run={run_id}"}
     proc = subprocess.Popen([HORIZON, "run", "wait", "--repo", str(repo), "--model", f"replay:{script}",
                              "--trajectory", str(trajectory)], stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "HORIZON_RUN_ID": run_id})
+                            env={**os.environ, "HORIZON_RUN_ID": run_id},
+                            # A run under nohup keeps ignoring SIGHUP by design; the test must not
+                            # depend on how the suite itself was started.
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while not (trajectory.exists() and "sleep 60" in trajectory.read_text()):

@@ -10,6 +10,14 @@ import pytest
 from agent.cli.signals import on_termination
 
 
+@pytest.fixture(autouse=True)
+def default_hangup():
+    """The suite may run under nohup (SIGHUP ignored, which on_termination honours); start from the default."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGHUP, previous)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_without_a_stop_callback_the_signal_unwinds_like_ctrl_c(signum):
     unwound = []
