@@ -35,10 +35,7 @@ def supported_efforts() -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from agent.backends import make_backend
-    from agent.cli.signals import on_termination
     from agent.config import ConfigError, load_config
-    from agent.tools import ToolSet, builtin_tools
-    from agent.tui.app import ChatApp
     from agent.tui.session import SessionStore
 
     repo = Path(args.path).resolve()
@@ -83,6 +80,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_app(args, repo, store, config, backend, model, resumed, apps: list) -> int:
+    from agent.backends import make_backend
+    from agent.cli.signals import on_termination
+    from agent.tools import ToolSet, builtin_tools
+    from agent.tui.app import ChatApp
+
     resuming = resumed is not None
     with on_termination(), open_workspace_sandbox(repo, args.read_only, config) as sandbox:
         tools = ToolSet(builtin_tools(sandbox, config.tools))
