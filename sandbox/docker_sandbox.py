@@ -155,18 +155,8 @@ class Sandbox:
                                       head=limit // 2, tail=limit - limit // 2)
             except (ShellDied, StreamClosed) as exc:
                 return self._after_shell_death(exc, start, limit)
-            output, truncated = render_output(raw.head, raw.tail, raw.total_bytes)
-            if raw.oom_kills:
-                output += (f"\n[a process was killed by the out-of-memory killer "
-                           f"(memory limit {format_size(self.config.memory_bytes)})]\n")
-            if raw.timed_out:
-                output += f"\n[timed out after {timeout:g}s: the command's processes were killed]\n"
-            if raw.interrupted:
-                output += "\n[interrupted: the command's processes were killed]\n"
-            if raw.note:
-                output += f"\n[{raw.note}]\n"
-            return ExecResult(raw.exit_code, output, raw.timed_out, truncated, time.monotonic() - start,
-                              raw.oom_kills > 0, raw.total_bytes, raw.interrupted)
+            return raw.to_exec_result(timeout, start, oom_note=(
+                f"a process was killed by the out-of-memory killer (memory limit {format_size(self.config.memory_bytes)})"))
 
     def _after_shell_death(self, exc: Exception, start: float, limit: int) -> ExecResult:
         if self._closed:

@@ -103,15 +103,7 @@ class LocalSandbox:
                 output += f"[the shell exited (code {exc.exit_code}); a new shell was started: state was reset]\n"
                 return ExecResult(exc.exit_code if exc.exit_code is not None else 1, output, False, False,
                                   time.monotonic() - start)
-            output, truncated = render_output(raw.head, raw.tail, raw.total_bytes)
-            if raw.timed_out:
-                output += f"\n[timed out after {timeout:g}s: the command's processes were killed]\n"
-            if raw.interrupted:
-                output += "\n[interrupted: the command's processes were killed]\n"
-            if raw.note:
-                output += f"\n[{raw.note}]\n"
-            return ExecResult(raw.exit_code, output, raw.timed_out, truncated, time.monotonic() - start,
-                              raw.oom_kills > 0, raw.total_bytes, raw.interrupted)
+            return raw.to_exec_result(timeout, start)
 
     def interrupt(self) -> bool:
         """Stop the command exec() is running in another thread, as Ctrl-C would: its processes are

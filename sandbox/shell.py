@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sandbox.attached import AttachedProcess, StreamClosed
+from sandbox.capture import render_output
+from sandbox.result import ExecResult
 from sandbox.shell_protocol import (
     INLINE_COMMAND_LIMIT,
     REAPER_PRELUDE,
@@ -49,6 +51,20 @@ class RawResult:
     timed_out: bool
     note: str = ""  # what happened to the shell, if anything noteworthy
     interrupted: bool = False
+
+    def to_exec_result(self, timeout: float, started: float, oom_note: str = "") -> ExecResult:
+        """The caller's view: decoded head+tail plus one bracketed line per thing that went wrong."""
+        output, truncated = render_output(self.head, self.tail, self.total_bytes)
+        if self.oom_kills and oom_note:
+            output += f"\n[{oom_note}]\n"
+        if self.timed_out:
+            output += f"\n[timed out after {timeout:g}s: the command's processes were killed]\n"
+        if self.interrupted:
+            output += "\n[interrupted: the command's processes were killed]\n"
+        if self.note:
+            output += f"\n[{self.note}]\n"
+        return ExecResult(self.exit_code, output, self.timed_out, truncated, time.monotonic() - started,
+                          self.oom_kills > 0, self.total_bytes, self.interrupted)
 
 
 class PersistentShell:
