@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+import time
 
 from sandbox.constants import LABEL_KEY, LABEL_VALUE, RUN_LABEL_KEY
-from sandbox.docker_client import connect
+from sandbox.docker_client import connect, labelled_containers, remove_container
 
 
 @dataclass(frozen=True)
@@ -23,18 +23,18 @@ def collect_garbage(*, older_than: float = 0.0, run_id: str | None = None, docke
     # Match the value too: a plain `docker run` of an image could inherit a bare LABEL_KEY.
     ours = f"{LABEL_KEY}={LABEL_VALUE}"
     label = [ours] if run_id is None else [ours, f"{RUN_LABEL_KEY}={run_id}"]
-    now = datetime.now(timezone.utc)
+    now = time.time()
     removed = []
-    for container in client.containers.list(all=True, filters={"label": label}):
-        created = _parse_time(container.attrs.get("Created", ""))
-        age = (now - created).total_seconds() if created else float("inf")
+    for row in labelled_containers(client, label):
+        # `docker ps` rows give Created as Unix seconds.
+        created = row.get("Created")
+        age = now - created if isinstance(created, (int, float)) else float("inf")
         if age < older_than:
             continue
-        try:
-            container.remove(force=True, v=True)
-        except Exception:
+        if not remove_container(client, row["Id"]):
             continue  # removed concurrently by its own sandbox
-        removed.append(Removed(container.name, container.labels.get(RUN_LABEL_KEY, ""), age))
+        name = (row.get("Names") or [row["Id"][:12]])[0].lstrip("/")
+        removed.append(Removed(name, (row.get("Labels") or {}).get(RUN_LABEL_KEY, ""), age))
     return removed
 
 
@@ -49,11 +49,3 @@ def parse_duration(text: str) -> float:
     except ValueError:
         raise ValueError(f"older-than: expected a duration like 30s, 15m, 2h or 1d, got {text!r}") from None
 
-
-def _parse_time(value: str) -> datetime | None:
-    # Docker prints nanoseconds; Python parses at most microseconds.
-    try:
-        head, _, frac = value.rstrip("Z").partition(".")
-        return datetime.fromisoformat(head + ("." + frac[:6] if frac else "")).replace(tzinfo=timezone.utc)
-    except ValueError:
-        return None

@@ -57,9 +57,9 @@ def pytest_sessionfinish(session, exitstatus):
     if client is None:
         return
     run_filter = f"{RUN_LABEL_KEY}={os.environ['HORIZON_RUN_ID']}"
-    leaked = client.containers.list(all=True, filters={"label": run_filter})
+    leaked = client.containers.list(sparse=True, all=True, filters={"label": run_filter})
     if leaked:
-        names = ", ".join(c.name for c in leaked)
+        names = ", ".join(name for c in leaked for name in c.attrs.get("Names", [c.id]))
         session.config.pluginmanager.get_plugin("terminalreporter").write_line(
             f"LEAKED SANDBOX CONTAINERS after the test session: {names}", red=True
         )

@@ -16,6 +16,7 @@ import pytest
 from agent.cli.main import main
 from agent.trajectory import load_trajectory, read_events
 from agent_testkit import call, write_replay
+from sandbox.docker_client import remove_container
 
 HORIZON = str(Path(sys.executable).with_name("horizon"))
 
@@ -193,15 +194,15 @@ def test_kill_stops_the_run_like_ctrl_c_and_removes_its_container(tmp_path, dock
         while not (trajectory.exists() and "sleep 60" in trajectory.read_text()):
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
             time.sleep(0.2)
-        assert len(docker_client.containers.list(filters=label)) == 1  # the run's sandbox is up
+        assert len(docker_client.containers.list(sparse=True, filters=label)) == 1  # the run's sandbox is up
         proc.send_signal(signum)
         assert proc.wait(timeout=60) == 130, proc.stderr.read()
-        leaked = docker_client.containers.list(all=True, filters=label)
-        assert leaked == [], [c.name for c in leaked]
+        leaked = docker_client.containers.list(sparse=True, all=True, filters=label)
+        assert leaked == [], [c.attrs.get("Names") for c in leaked]
         assert load_trajectory(trajectory).finish_reason == "interrupted"
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=60)
-        for container in docker_client.containers.list(all=True, filters=label):
-            container.remove(force=True)
+        for container in docker_client.containers.list(sparse=True, all=True, filters=label):
+            remove_container(docker_client, container.id)

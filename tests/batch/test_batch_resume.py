@@ -16,6 +16,7 @@ import pytest
 from agent.cli.main import main
 
 from .helpers import FIX_STEPS, call, step, write_replay
+from sandbox.docker_client import remove_container
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 RUN_LABEL_KEY = "dev.horizon.run"
@@ -62,8 +63,8 @@ def test_resume_after_kill_skips_finished_jobs(tmp_path, docker_client, calc_rep
         if proc.poll() is None:
             proc.kill()
         # SIGKILL leaves the running job's container behind, as a real crash would; clear it.
-        for container in docker_client.containers.list(all=True, filters={"label": f"{RUN_LABEL_KEY}={child_run_id}"}):
-            container.remove(force=True)
+        for container in docker_client.containers.list(sparse=True, all=True, filters={"label": f"{RUN_LABEL_KEY}={child_run_id}"}):
+            remove_container(docker_client, container.id)
     assert [json.loads(l)["id"] for l in (out / "results.jsonl").read_text().splitlines()] == ["first"]
 
     # Without --resume an existing results file is refused rather than mixed into.

@@ -49,9 +49,9 @@ def test_sigterm_stops_the_run_and_removes_its_containers(eval_docker, suite, tm
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
-        while not eval_docker.containers.list(filters=ours) and time.monotonic() < deadline:
+        while not eval_docker.containers.list(sparse=True, filters=ours) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert eval_docker.containers.list(filters=ours), "the trial's sandbox never started"
+        assert eval_docker.containers.list(sparse=True, filters=ours), "the trial's sandbox never started"
         proc.send_signal(signal.SIGTERM)  # first: finish running trials; second: abort
         time.sleep(1)
         proc.send_signal(signal.SIGTERM)
@@ -59,5 +59,5 @@ def test_sigterm_stops_the_run_and_removes_its_containers(eval_docker, suite, tm
     finally:
         proc.kill()
     assert proc.returncode == 130, err
-    assert not eval_docker.containers.list(all=True, filters=ours)
+    assert not eval_docker.containers.list(sparse=True, all=True, filters=ours)
     assert not (tmp_path / "out" / "results.jsonl").exists() or not (tmp_path / "out" / "results.jsonl").read_text()

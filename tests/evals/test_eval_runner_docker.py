@@ -18,6 +18,7 @@ from evals.config import EvalConfig
 from evals.graders import swe_patch
 from evals.results import ResultsLog
 from evals.runner import RunOptions, run_eval
+from sandbox.docker_client import remove_container
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "evals" / "tasks"
@@ -26,8 +27,8 @@ pytestmark = [pytest.mark.docker]
 
 
 def _remove_run_containers(client, run_id: str) -> None:
-    for c in client.containers.list(all=True, filters={"label": f"dev.horizon.run={run_id}"}):
-        c.remove(force=True)
+    for c in client.containers.list(sparse=True, all=True, filters={"label": f"dev.horizon.run={run_id}"}):
+        remove_container(client, c.id)
 
 
 def test_resume_after_kill_keeps_finished_and_skips_them(eval_docker, suite, tmp_path):

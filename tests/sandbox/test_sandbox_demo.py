@@ -15,4 +15,4 @@ def test_demo_command(base_image, docker_client):
         assert expected in out.stdout
     container_line = next(line for line in out.stdout.splitlines() if line.startswith("Sandbox closed"))
     short_id = container_line.split()[3]
-    assert not docker_client.containers.list(all=True, filters={"id": short_id})
+    assert not docker_client.containers.list(sparse=True, all=True, filters={"id": short_id})

@@ -27,7 +27,7 @@ from sandbox.gc import collect_garbage
 
 
 def _exists(docker_client, container_id: str) -> bool:
-    return bool(docker_client.containers.list(all=True, filters={"id": container_id}))
+    return bool(docker_client.containers.list(sparse=True, all=True, filters={"id": container_id}))
 
 
 def test_labels_and_removal_on_close(base_image, docker_client):
@@ -79,7 +79,7 @@ def test_gc_removes_a_leaked_container(base_image, docker_client, monkeypatch):
     assert _exists(docker_client, leaked.container_id)
     assert collect_garbage(older_than=3600, run_id=run_id(), docker_client=docker_client) == []
     removed = collect_garbage(run_id=run_id(), docker_client=docker_client)
-    assert leaked.container_id not in {c.id for c in docker_client.containers.list(all=True)}
+    assert leaked.container_id not in {c.id for c in docker_client.containers.list(sparse=True, all=True)}
     assert any(r.name.startswith("horizon-sb-") for r in removed)
 
 
@@ -145,10 +145,10 @@ def test_engine_rejections_are_reported_without_leaks(base_image, docker_client)
     from sandbox import SandboxError
 
     ours = {"label": f"{RUN_LABEL_KEY}={run_id()}"}
-    before = {c.id for c in docker_client.containers.list(all=True, filters=ours)}
+    before = {c.id for c in docker_client.containers.list(sparse=True, all=True, filters=ours)}
     with pytest.raises(SandboxError, match="CPUs"):
         Sandbox.start(SandboxConfig(cpus=4096))
-    assert {c.id for c in docker_client.containers.list(all=True, filters=ours)} <= before
+    assert {c.id for c in docker_client.containers.list(sparse=True, all=True, filters=ours)} <= before
 
 
 def test_no_file_descriptors_leak_across_sandboxes(base_image):

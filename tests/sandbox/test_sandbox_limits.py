@@ -73,7 +73,7 @@ def test_container_killed_from_outside_raises_container_died(base_image, docker_
         sb.exec("sleep 100", timeout=60)
     assert time.monotonic() - start < 30
     assert sb.closed
-    assert not docker_client.containers.list(all=True, filters={"id": sb.container_id})
+    assert not docker_client.containers.list(sparse=True, all=True, filters={"id": sb.container_id})
 
 
 def test_read_only_root_with_writable_workdir(base_image):

@@ -149,7 +149,7 @@ def test_close_from_another_thread_interrupts_a_running_command(base_image, dock
         sb.exec("sleep 100", timeout=60)
     assert time.monotonic() - start < 30
     closer.join()
-    assert not docker_client.containers.list(all=True, filters={"id": sb.container_id})
+    assert not docker_client.containers.list(sparse=True, all=True, filters={"id": sb.container_id})
 
 
 def test_a_shell_that_ignores_the_abort_is_replaced(sandbox):

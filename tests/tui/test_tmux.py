@@ -17,6 +17,7 @@ import pytest
 from agent.tui.session import SessionStore
 
 from .helpers import FIX_TURN, write_replay
+from sandbox.docker_client import remove_container
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -108,7 +109,7 @@ def test_kill_or_a_closed_terminal_quits_chat_cleanly(tmp_path, docker_client, c
         tmux.keys("-l", "wait a minute")
         tmux.keys("Enter")
         tmux.wait_for("sleep 60")
-        assert len(docker_client.containers.list(filters=label)) == 1
+        assert len(docker_client.containers.list(sparse=True, filters=label)) == 1
         pid = int(pid_file.read_text())
         if how == "kill":
             os.kill(pid, signal.SIGTERM)
@@ -119,12 +120,12 @@ def test_kill_or_a_closed_terminal_quits_chat_cleanly(tmp_path, docker_client, c
         while _alive(pid):
             assert time.monotonic() < deadline, "horizon chat did not exit"
             time.sleep(0.2)
-        leaked = docker_client.containers.list(all=True, filters=label)
-        assert leaked == [], [c.name for c in leaked]
+        leaked = docker_client.containers.list(sparse=True, all=True, filters=label)
+        assert leaked == [], [c.attrs.get("Names") for c in leaked]
     finally:
         subprocess.run([*tmux.base, "kill-server"], capture_output=True)
-        for container in docker_client.containers.list(all=True, filters=label):
-            container.remove(force=True)
+        for container in docker_client.containers.list(sparse=True, all=True, filters=label):
+            remove_container(docker_client, container.id)
     (session,) = SessionStore(home / "sessions").list()
     assert session.title == "wait a minute"
 
