@@ -27,7 +27,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from inference.engine import Engine, EngineConfig, GenerateRequest, SamplingParams  # noqa: E402
+from inference.forward_batch import ForwardBatch  # noqa: E402
 from inference.random_checkpoint import write_random_checkpoint  # noqa: E402
+
+from benchmarks.matmul_floor import record_matmuls, replay_seconds  # noqa: E402
 
 
 def load_hf(path: Path):
@@ -61,6 +64,25 @@ def time_engine(engine: Engine, batch_prompts: list[list[int]], new_tokens: int)
     elapsed = time.process_time() - start
     assert all(len(r.token_ids) == new_tokens for r in results)
     return elapsed
+
+
+def matmul_floors(model, hf, batch_prompts: list[list[int]]) -> tuple[float, float]:
+    """Seconds of one batched decode step's matmuls alone (benchmarks/matmul_floor.py): ours, transformers'."""
+    page = 16
+    per_seq = (len(batch_prompts[0]) + page) // page + 1
+    cache = model.new_cache(num_pages=per_seq * len(batch_prompts), page_size=page)
+    tables = [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(len(batch_prompts))]
+    n = len(batch_prompts)
+    first = model.forward_batch(ForwardBatch.build(batch_prompts, [0] * n, tables), cache).logits.argmax(-1).tolist()
+    step = ForwardBatch.build([[t] for t in first], [len(p) for p in batch_prompts], tables)
+    ours = record_matmuls(lambda: model.forward_batch(step, cache))
+    with torch.inference_mode():
+        ids = torch.tensor(batch_prompts)
+        out = hf(ids, use_cache=True, logits_to_keep=1)
+        nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+        mask = torch.ones(n, ids.shape[1] + 1, dtype=torch.long)
+        theirs = record_matmuls(lambda: hf(nxt, attention_mask=mask, cache=out.cache, use_cache=True))
+    return replay_seconds(ours), replay_seconds(theirs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             tokens = b * a.new_tokens
             decode_tokens = b * (a.new_tokens - 1)
             hf_decode, our_decode = max(1e-9, hf_total - hf_prefill), max(1e-9, our_total - our_prefill)
+            our_floor, hf_floor = matmul_floors(engine.model, hf, batch_prompts)
+            hf_step = hf_decode / max(1, a.new_tokens - 1)
             print(json.dumps({
                 "batch": b, "preset": a.preset, "prompt_len": a.prompt_len, "new_tokens": a.new_tokens,
                 "engine_tok_s": round(tokens / our_total, 2), "transformers_tok_s": round(tokens / hf_total, 2),
@@ -108,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
                 "transformers_decode_tok_s": round(decode_tokens / hf_decode, 2),
                 "decode_ratio": round(hf_decode / our_decode, 2),
                 "goal": 3.0 if b == 1 else 10.0,
+                # One decode step's matmuls alone, and the decode ratio they cap (every other op at zero).
+                "matmul_floor_ms_per_step": {"engine": round(1e3 * our_floor, 3), "transformers": round(1e3 * hf_floor, 3)},
+                "ceiling_decode_ratio": round(hf_step / our_floor, 2),
             }), flush=True)
     return 0
 

@@ -31,6 +31,8 @@ from inference.forward_batch import ForwardBatch  # noqa: E402
 from inference.loader import load_model  # noqa: E402
 from inference.random_checkpoint import write_random_checkpoint  # noqa: E402
 
+from benchmarks.matmul_floor import record_matmuls, replay_seconds  # noqa: E402
+
 PAGE = 16
 
 
@@ -102,6 +104,21 @@ def hf_measurements(model, prompt: list[int], decode_steps: int) -> dict:
     return {"prefill": lambda: _seconds(prefill), "generate_step": generate_step, "forward_step": forward_step}
 
 
+def matmul_floors(ours, hf, prompt: list[int]) -> dict[str, float]:
+    """Seconds per decode token of each side's matmuls alone (benchmarks/matmul_floor.py), one step
+    after a prefill of `prompt`, and the weight bytes our step streams."""
+    pages = list(range((len(prompt) + PAGE) // PAGE + 1))
+    cache = ours.new_cache(num_pages=len(pages), page_size=PAGE)
+    token = int(ours.forward_batch(ForwardBatch.build([prompt], [0], [pages]), cache).logits[0].argmax())
+    step = ForwardBatch.build([[token]], [len(prompt)], [pages])
+    our_trace = record_matmuls(lambda: ours.forward_batch(step, cache))
+    with torch.no_grad():
+        out = hf(torch.tensor([prompt]), use_cache=True, logits_to_keep=1)
+        hf_trace = record_matmuls(lambda: hf(out.logits[:, -1].argmax(-1, keepdim=True), cache=out.cache, use_cache=True))
+    return {"ours": replay_seconds(our_trace), "transformers": replay_seconds(hf_trace),
+            "our_weight_bytes": our_trace.weight_bytes(ours)}  # fmt: skip
+
+
 def measure(ours: dict, hf: dict, reps: int) -> dict[str, float]:
     """Interleave both sides round by round and keep each metric's best round: interference from
     other work only ever adds time, so the minimum is the least disturbed estimate."""
@@ -134,6 +151,7 @@ def run(preset: str, prompt_len: int, decode_steps: int, reps: int, workdir: Pat
     prompt = torch.randint(0, ours.config.vocab_size, (prompt_len,), generator=torch.Generator().manual_seed(0)).tolist()
     max_diff, within = agreement(ours, hf, prompt)
     t = measure(ours_measurements(ours, prompt, decode_steps), hf_measurements(hf, prompt, decode_steps), reps)
+    floor = matmul_floors(ours, hf, prompt)
     result = {
         "preset": preset,
         "prompt_len": prompt_len,
@@ -151,6 +169,14 @@ def run(preset: str, prompt_len: int, decode_steps: int, reps: int, workdir: Pat
     result["prefill_ratio"] = o["prefill_tok_s"] / h["prefill_tok_s"]
     result["decode_ratio_vs_generate"] = o["decode_tok_s"] / h["generate_tok_s"]
     result["decode_ratio_vs_forward_step"] = o["decode_tok_s"] / h["forward_step_tok_s"]
+    # The best decode ratio reachable with these matmul kernels: transformers' step over our
+    # matmuls alone (everything else in our step taken to zero).
+    result["matmul_floor"] = {
+        "ours_ms_per_token": 1e3 * floor["ours"],
+        "transformers_ms_per_token": 1e3 * floor["transformers"],
+        "our_weight_mb_per_token": floor["our_weight_bytes"] / 1e6,
+        "ceiling_decode_ratio_vs_generate": t["hf_generate_step"] / floor["ours"],
+    }
     return result
 
 
@@ -178,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"   ratio {r['decode_ratio_vs_generate']:.2f}x")  # fmt: skip
             print(f"           (transformers bare forward step {h['forward_step_tok_s']:.1f} tok/s, "
                   f"ratio {r['decode_ratio_vs_forward_step']:.2f}x)")  # fmt: skip
+            f = r["matmul_floor"]
+            print(f"  matmul floor per token: ours {f['ours_ms_per_token']:.2f} ms "
+                  f"({f['our_weight_mb_per_token']:.1f} MB of weights), transformers {f['transformers_ms_per_token']:.2f} ms"
+                  f"; ceiling for the decode ratio {f['ceiling_decode_ratio_vs_generate']:.2f}x")  # fmt: skip
             sys.stdout.flush()
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")

@@ -44,3 +44,4 @@ def test_engine_throughput_quick(capsys):
     assert [line["batch"] for line in lines] == [1, 16]
     for line in lines:
         assert line["engine_tok_s"] > 0 and line["transformers_tok_s"] > 0 and line["ratio"] > 0
+        assert line["matmul_floor_ms_per_step"]["engine"] > 0 and line["ceiling_decode_ratio"] > 0
