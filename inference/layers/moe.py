@@ -89,6 +89,18 @@ class RoutedExperts(nn.Module):
         ys = ys * weights.reshape(-1)[order].unsqueeze(-1).to(ys.dtype)
         return torch.zeros_like(x).index_add_(0, token, ys)
 
+    def single_token(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+        """x [1, H] (batch-1 decode) -> base + the weighted routed experts' output.
+
+        The general path's sort / gather / scatter bookkeeping costs more than the k expert GEMVs
+        it organises when there is one token; here each expert is a GEMV pair and its weighted sum
+        lands in `base` (the shared expert's output) through addmm's alpha."""
+        y = base
+        for e, w in zip(ids[0].tolist(), weights[0].tolist()):
+            gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
+            y = torch.addmm(y, F.silu(gate) * up, self.down_proj[e].t(), alpha=w)
+        return y
+
     def _per_active_expert(self, xs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """One GEMM pair per expert that received tokens (never per token). Used when there are
         fewer assignments than experts (decode): grouped_mm's CPU implementation visits every
@@ -112,4 +124,6 @@ class MoE(nn.Module):
 
     def forward(self, x: torch.Tensor, kernels: str | None = None) -> torch.Tensor:
         ids, weights = self.gate(x)
+        if kernels is None and x.shape[0] == 1:
+            return self.experts.single_token(x, ids, weights, self.shared_experts(x))
         return self.experts(x, ids, weights, kernels) + self.shared_experts(x)
