@@ -76,11 +76,20 @@ class ToolOutput(_EventBase):
     duration: float = 0.0
 
 
+UsagePurpose = Literal["step", "compaction"]
+
+
 class UsageEvent(_EventBase):
-    """Token accounting of one model call. `context_tokens` is the size of the conversation the
-    model saw plus what it wrote (the number compaction thresholds compare against)."""
+    """Token accounting of one model call. `context_tokens` is the number compaction thresholds
+    compare against: the conversation the model saw plus what it wrote.
+
+    `purpose` tells an agent step from the summary request of a compaction. Both cost tokens and
+    count in every total; only steps advance the step count (and the replay position on resume).
+    A compaction's `context_tokens` is the size of the compacted conversation, not of the summary
+    request, so a consumer tracking "context used" from the latest usage event stays right."""
 
     type: Literal["usage"] = "usage"
+    purpose: UsagePurpose = "step"
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0

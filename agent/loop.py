@@ -17,9 +17,16 @@ from typing import Callable
 
 from pydantic import BaseModel
 
-from agent.backends.base import BackendError, BackendInterrupted, BackendResponse, ContextOverflow, ModelBackend
+from agent.backends.base import (
+    BackendError,
+    BackendInterrupted,
+    BackendResponse,
+    ContextOverflow,
+    ModelBackend,
+    Usage,
+)
 from agent.config import AgentConfig
-from agent.context import ContextManager
+from agent.context import Compaction, ContextManager
 from agent.events import (
     ContentDelta,
     ErrorEvent,
@@ -32,6 +39,7 @@ from agent.events import (
     ToolCallEvent,
     ToolOutput,
     UsageEvent,
+    UsagePurpose,
 )
 from agent.instructions import build_system_prompt
 from agent.tools.base import ToolResult, run_with_deadline
@@ -63,7 +71,10 @@ class Approval(BaseModel):
 
 
 class UsageTotals(BaseModel):
-    calls: int = 0
+    """Tokens of every model call of a run: its steps and its compaction summaries."""
+
+    calls: int = 0  # agent steps' model calls (resume replays from here)
+    compaction_calls: int = 0  # summary requests of compactions
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
@@ -71,6 +82,15 @@ class UsageTotals(BaseModel):
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    def add(self, event: UsageEvent) -> None:
+        if event.purpose == "compaction":
+            self.compaction_calls += 1
+        else:
+            self.calls += 1
+        self.prompt_tokens += event.prompt_tokens
+        self.cached_tokens += event.cached_tokens
+        self.completion_tokens += event.completion_tokens
 
 
 class RunResult(BaseModel):
@@ -180,17 +200,20 @@ class Agent:
         compacted = self.context.maybe_compact(self.messages, self._last_context_tokens, self.backend, force)
         if compacted is None:
             return False
+        self.apply_compaction(compacted)
+        return True
+
+    def apply_compaction(self, compacted: Compaction) -> None:
+        """Adopt a compacted history, count the summary request's tokens and emit the events; also
+        for a compaction made outside the loop (a forced `/compact`)."""
         self.messages = compacted.messages
         self._last_context_tokens = compacted.event.tokens_after
-        if compacted.usage is not None:  # the summary's tokens count against the budget, not the steps
-            self.usage.prompt_tokens += compacted.usage.prompt_tokens
-            self.usage.cached_tokens += compacted.usage.cached_tokens
-            self.usage.completion_tokens += compacted.usage.completion_tokens
         compacted.event.step = self.step
         for error in compacted.errors:
             self._emit(ErrorEvent(step=self.step, kind="compaction_error", message=error))
+        if compacted.usage is not None:  # the summary's tokens count against the budget, not the steps
+            self._record_usage(compacted.usage, "compaction", context_tokens=compacted.event.tokens_after)
         self._emit(compacted.event)
-        return True
 
     def _query(self) -> BackendResponse:
         self.step += 1
@@ -219,22 +242,24 @@ class Agent:
                 if attempt == 2 or not self._compact_if_needed(force=True):
                     raise
         u = response.usage
-        self.usage.calls += 1
-        self.usage.prompt_tokens += u.prompt_tokens
-        self.usage.cached_tokens += u.cached_tokens
-        self.usage.completion_tokens += u.completion_tokens
         self._last_context_tokens = u.context_tokens
         self.context.observe_usage(self.messages, u.prompt_tokens)
-        self._emit(
-            UsageEvent(
-                step=self.step,
-                prompt_tokens=u.prompt_tokens,
-                cached_tokens=u.cached_tokens,
-                completion_tokens=u.completion_tokens,
-                context_tokens=u.context_tokens,
-            )
-        )
+        self._record_usage(u, "step", context_tokens=u.context_tokens)
         return response
+
+    def _record_usage(self, u: Usage, purpose: UsagePurpose, context_tokens: int) -> None:
+        """Every model call goes through here: the run's totals (and so `token_budget`) and the
+        usage event that --json, trajectories and resume add up must never disagree."""
+        event = UsageEvent(
+            step=self.step,
+            purpose=purpose,
+            prompt_tokens=u.prompt_tokens,
+            cached_tokens=u.cached_tokens,
+            completion_tokens=u.completion_tokens,
+            context_tokens=context_tokens,
+        )
+        self.usage.add(event)
+        self._emit(event)
 
     def _handle(self, response: BackendResponse) -> None:
         message = response.message

@@ -110,10 +110,7 @@ def load_trajectory(path: str | Path) -> TrajectoryState:
         elif isinstance(event, Compacted):
             state.messages = [Message.model_validate(m) for m in event.messages]
         elif isinstance(event, UsageEvent):
-            state.usage.calls += 1
-            state.usage.prompt_tokens += event.prompt_tokens
-            state.usage.cached_tokens += event.cached_tokens
-            state.usage.completion_tokens += event.completion_tokens
+            state.usage.add(event)
         elif isinstance(event, WorkspaceCheckpoint):
             state.checkpoint_patch = event.patch
         elif isinstance(event, FinishEvent):

@@ -42,7 +42,7 @@ def scripted_run(tmp_path, config: ContextConfig, summaries: int):
 
 def prefix_breaks(events) -> list[int]:
     """Steps whose prompt is not a cached extension of the previous prompt plus reply."""
-    usages = [e for e in events if isinstance(e, UsageEvent)]
+    usages = [e for e in events if isinstance(e, UsageEvent) and e.purpose == "step"]
     return [cur.step for prev, cur in zip(usages, usages[1:]) if cur.cached_tokens < prev.context_tokens]
 
 
