@@ -8,6 +8,7 @@ was expected, e.g. `context.compact_trigger: got 1.5, expected a number <= 0.95`
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -58,10 +59,29 @@ class ContextConfig(_Strict):
 
 
 class MCPServerConfig(_Strict):
+    """A stdio MCP server. The model drives its tools, so by default it runs where every other tool
+    runs: inside the run's sandbox (`run_in = "sandbox"`; the command must exist in the sandbox
+    image). `run_in = "host"` starts it on the host as the user running horizon, for servers that
+    need host resources (credentials, a local database, a GUI); it is an explicit opt-in because
+    such a server can touch anything that user can. With a LocalSandbox there is no container, so
+    "sandbox" also means the host, and a warning says so."""
+
     command: list[str] = Field(min_length=1, description="argv of a stdio MCP server")
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment variables of the server")
+    run_in: Literal["sandbox", "host"] = Field(
+        "sandbox", description="where the server runs: 'sandbox' (the run's container) or 'host' (opt-in)"
+    )
     startup_timeout_s: float = Field(20.0, gt=0)
     call_timeout_s: float = Field(120.0, gt=0)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in value if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+        if bad:
+            raise ValueError(f"expected variable names of letters, digits and _ (like NAME_1); "
+                             f"{', '.join(map(repr, bad))} is not one")
+        return value
 
 
 class OpenAIConfig(_Strict):

@@ -1,4 +1,5 @@
-"""Tool plugins: entry-point discovery of the example package, and MCP stdio servers."""
+"""Tool plugins: entry-point discovery of the example package, and MCP stdio servers on the host
+(run_in="host"; servers in the sandbox are tested in test_agent_mcp_sandbox.py)."""
 
 from __future__ import annotations
 
@@ -44,8 +45,9 @@ def test_plugins_are_off_unless_enabled_and_unknown_names_fail_clearly(sandbox):
         build_toolset(AgentConfig(plugins=["nope"]), sandbox)
 
 
-def test_mcp_server_tools_are_called_by_the_agent(sandbox, tmp_path):
-    config = AgentConfig(mcp_servers={"calc": MCPServerConfig(command=MCP_SERVER)})
+def test_host_mcp_server_tools_are_called_by_the_agent(sandbox, tmp_path):
+    # The calc server needs the mcp package, which only the host has: an explicit run_in="host".
+    config = AgentConfig(mcp_servers={"calc": MCPServerConfig(command=MCP_SERVER, run_in="host")})
     tools, connections = build_toolset(config, sandbox)
     try:
         assert {"calc__add", "calc__divide"} <= set(tools.names)
@@ -65,11 +67,11 @@ def test_mcp_server_tools_are_called_by_the_agent(sandbox, tmp_path):
             conn.close()
 
 
-def test_an_mcp_server_that_dies_at_start_is_reported_with_its_stderr(sandbox):
+def test_a_host_mcp_server_that_dies_at_start_is_reported_with_its_stderr(sandbox):
     from agent.mcp_tools import MCPError
 
     crash = [sys.executable, "-c", "import sys; sys.stderr.write('boom: no config file\\n'); sys.exit(3)"]
-    config = AgentConfig(mcp_servers={"broken": MCPServerConfig(command=crash, startup_timeout_s=20)})
+    config = AgentConfig(mcp_servers={"broken": MCPServerConfig(command=crash, startup_timeout_s=20, run_in="host")})
     with pytest.raises(MCPError, match=r"(?s)MCP server 'broken'.*boom: no config file"):
         build_toolset(config, sandbox)
 
