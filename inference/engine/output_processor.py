@@ -66,7 +66,9 @@ def process_outputs(items: list[ScheduledItem], out: TargetOutput, stops: StopCh
             seq, rs = o.item.seq, o.item.seq.reasoning
             rows.append(SampleRow(seq.params, seq.num_output,
                                   forced=rs.forced_token() if rs else None,
-                                  banned=rs.banned_token() if rs else None))
+                                  banned=rs.banned_token() if rs else None,
+                                  tokens=seq.tokens if seq.params.penalized else None,
+                                  prompt_len=seq.prompt_len))
         idx = [out.logit_rows[o.index] + j for o in live]
         tokens, logprobs = sample(out.logits[idx], rows)
         still = []

@@ -1,5 +1,8 @@
 """Batched sampling: greedy, temperature, top-k, top-p, min-p, per-request seeds.
 
+Penalties and logit bias (sampling_params.py) are applied to the logits first, batched over the
+rows that ask for them: one scatter builds every row's token counts.
+
 Randomness uses the exponential race (argmax of p / q with q ~ Exp(1)), which samples exactly
 from p. A seeded request draws q from its own generator keyed by (seed, output index), so its
 tokens do not depend on which other requests share the batch, nor on speculation.
@@ -22,6 +25,8 @@ class SampleRow:
     output_index: int  # index of the token being sampled within the request's output
     forced: Optional[int] = None  # token that must be chosen (reasoning budget)
     banned: Optional[int] = None  # token that may not be chosen
+    tokens: Optional[list[int]] = None  # prompt + output so far (needed when params.penalized)
+    prompt_len: int = 0
 
 
 def _seeded_noise(seed: int, index: int, vocab: int) -> torch.Tensor:
@@ -34,6 +39,9 @@ def sample(logits: torch.Tensor, rows: list[SampleRow]) -> tuple[list[int], list
     logits = logits.float()
     m, vocab = logits.shape
     masked = logits.clone()
+    adjust = [i for i, r in enumerate(rows) if r.params.penalized or r.params.logit_bias]
+    if adjust:
+        masked[adjust] = _penalized(masked[adjust], [rows[i] for i in adjust])
     for i, row in enumerate(rows):
         if row.banned is not None:
             masked[i, row.banned] = float("-inf")
@@ -72,6 +80,41 @@ def sample(logits: torch.Tensor, rows: list[SampleRow]) -> tuple[list[int], list
             top = list(zip(top_i[j, :n].tolist(), top_v[j, :n].tolist()))
             logprobs[i] = TokenLogprob(token_id=token_list[i], logprob=lp[j, token_list[i]].item(), top=top)
     return token_list, logprobs
+
+
+def _penalized(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
+    """logits [R, V] of rows with penalties or bias -> adjusted logits (see sampling_params.py)."""
+    r, vocab = logits.shape
+    dev = logits.device
+    penalized = [j for j, row in enumerate(rows) if row.params.penalized]
+    if penalized:
+        seqs = [rows[j].tokens or [] for j in penalized]
+        width = max(1, max(len(t) for t in seqs))
+        # Padding goes to an extra column that is dropped, so one scatter serves every row.
+        ids = torch.full((len(penalized), width), vocab, dtype=torch.long)
+        in_output = torch.zeros(len(penalized), width, dtype=torch.bool)
+        for k, (j, toks) in enumerate(zip(penalized, seqs)):
+            ids[k, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+            in_output[k, rows[j].prompt_len : len(toks)] = True
+        ids, in_output = ids.to(dev), in_output.to(dev)
+        counts = torch.zeros(len(penalized), vocab + 1, device=dev).scatter_add_(1, ids, in_output.float())[:, :vocab]
+        seen = torch.zeros(len(penalized), vocab + 1, dtype=torch.bool, device=dev).scatter_(1, ids, True)[:, :vocab]
+        p = [rows[j].params for j in penalized]
+        rep = torch.tensor([x.repetition_penalty for x in p], device=dev)[:, None]
+        freq = torch.tensor([x.frequency_penalty for x in p], device=dev)[:, None]
+        pres = torch.tensor([x.presence_penalty for x in p], device=dev)[:, None]
+        sub = logits[penalized]
+        sub = torch.where(seen, torch.where(sub > 0, sub / rep, sub * rep), sub)
+        sub = sub - freq * counts - pres * (counts > 0).float()
+        logits[penalized] = sub
+    for j, row in enumerate(rows):
+        bias = row.params.logit_bias
+        if bias:
+            known = {t: b for t, b in bias.items() if t < vocab}
+            if known:
+                cols = torch.tensor(list(known), device=dev)
+                logits[j, cols] += torch.tensor(list(known.values()), device=dev)
+    return logits
 
 
 def _filtered_probs(scaled: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:

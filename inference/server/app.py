@@ -94,11 +94,13 @@ def create_app(state: ServerState) -> FastAPI:
             prompt_ids = state.tokenizer.encode(text)
         else:
             prompt_ids = list(body.prompt)
+            text = None
         with state.admit():
             want_logprobs = isinstance(body.logprobs, int) and not isinstance(body.logprobs, bool)
             gen = _engine_request(state, body, prompt_ids, body.session_id or x_session_id, None,
                                   logprobs=body.logprobs if want_logprobs else None)
-            stream = _completion_events(state, body, gen, _submit(state, gen), body.stream)
+            echoed = "" if not body.echo else text if text is not None else state.tokenizer.decode(prompt_ids)
+            stream = _completion_events(state, body, gen, _submit(state, gen), body.stream, echoed)
             if body.stream:
                 return _sse_response(stream, state)
             return await _until_disconnected(request, stream)
@@ -178,10 +180,11 @@ def _chat_finish(reason: Optional[str], reply: ChatReply) -> str:
 
 
 async def _completion_events(state: ServerState, body: CompletionRequest, gen, deltas: AsyncIterator,
-                             streaming: bool) -> AsyncIterator:
+                             streaming: bool, echoed: str = "") -> AsyncIterator:
+    """`echoed` (the prompt, for echo=true) leads the text, in the first chunk when streaming."""
     cid, created = new_id("cmpl"), int(time.time())
     text = OutputText(state.tokenizer, gen.params.stop)
-    pieces: list[str] = []
+    pieces: list[str] = [echoed] if echoed else []
     logprobs: list = []
     reason, usage = None, None
 
@@ -197,6 +200,8 @@ async def _completion_events(state: ServerState, body: CompletionRequest, gen, d
                 piece += text.finish()
                 reason, usage = delta.finish_reason, delta.usage
             pieces.append(piece)
+            if echoed and streaming:
+                piece, echoed = echoed + piece, ""
             logprobs += delta.logprobs or []
             if streaming and (piece or final):
                 lps = completion_logprobs(state.tokenizer, delta.logprobs) if delta.logprobs else None

@@ -114,4 +114,8 @@ def sampling_params(req: SamplingFields, prompt_len: int, max_context: int, stop
         ignore_eos=req.ignore_eos,
         stop=req.stop_strings(),
         logprobs=logprobs,
+        presence_penalty=req.presence_penalty or 0.0,
+        frequency_penalty=req.frequency_penalty or 0.0,
+        repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+        logit_bias={int(k): b for k, b in (req.logit_bias or {}).items()},
     )

@@ -35,6 +35,23 @@ class TemplateKwargs(BaseModel):
     reasoning_effort: Optional[str] = None
 
 
+class ResponseFormat(BaseModel):
+    """Only plain text: there is no constrained decoding, and a format the output would not follow
+    is refused rather than silently ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+
+    @field_validator("type")
+    @classmethod
+    def _text_only(cls, v: str) -> str:
+        if v != "text":
+            raise ValueError(f"type {v!r} is not supported: there is no constrained decoding here; "
+                             "use 'text' and ask for the format in the prompt")
+        return v
+
+
 class SamplingFields(BaseModel):
     """Fields shared by /v1/chat/completions and /v1/completions."""
 
@@ -55,8 +72,23 @@ class SamplingFields(BaseModel):
     logprobs: Optional[Union[bool, int]] = None
     top_logprobs: Optional[int] = Field(default=None, ge=0, le=20)
     session_id: Optional[str] = Field(default=None, min_length=1, max_length=256)
+    presence_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: Optional[float] = Field(default=None, ge=-2.0, le=2.0)
+    repetition_penalty: Optional[float] = Field(default=None, gt=0.0, le=10.0)  # vLLM's extension
+    logit_bias: Optional[dict[str, float]] = None  # token id (as a string, like OpenAI) -> bias
+    response_format: Optional[ResponseFormat] = None
     # vLLM's extension: keep generating through end-of-turn tokens (benchmarks, load tests).
     ignore_eos: bool = False
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias(cls, v):
+        for key, bias in (v or {}).items():
+            if not key.lstrip("-").isdigit():
+                raise ValueError(f"logit_bias: key {key!r} is not a token id")
+            if not -100.0 <= bias <= 100.0:
+                raise ValueError(f"logit_bias: bias {bias} for token {key} is outside [-100, 100]")
+        return v
 
     @field_validator("stop")
     @classmethod

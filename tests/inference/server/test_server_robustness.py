@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from .conftest import SCRIPTED_REPLY
+from .conftest import BASH_TOOL, SCRIPTED_REPLY
 
 MODEL = "glm-tiny"
 USER = [{"role": "user", "content": "hello"}]
@@ -38,6 +38,10 @@ BAD_REQUESTS = [
     ({"model": "glm-tiny", "messages": USER, "max_tokens": 10_000}, 400, "context"),
     ({"model": "glm-tiny", "messages": [{"role": "user", "content": "word " * 5000}]}, 400, "context"),
     ({"model": "gpt-4o", "messages": USER}, 404, "does not exist"),
+    ({"model": "glm-tiny", "messages": USER, "response_format": {"type": "json_object"}}, 400, "constrained decoding"),
+    ({"model": "glm-tiny", "messages": USER, "presence_penalty": 3}, 400, "presence_penalty"),
+    ({"model": "glm-tiny", "messages": USER, "logit_bias": {"abc": 1}}, 400, "logit_bias"),
+    ({"model": "glm-tiny", "messages": USER, "logit_bias": {"5": 250}}, 400, "logit_bias"),
 ]
 
 
@@ -124,6 +128,25 @@ def test_disconnect_aborts_the_request_and_frees_its_pages(live_server, stream):
     # No pages stay held by a live request: every page is free or in the prefix cache.
     assert after["free_pages"] + after["device_cached_pages"] == after["total_pages"]
     assert live_server.state.inflight == 0
+
+
+def test_completions_echo_penalties_and_logit_bias(client, live_server):
+    prompt = "[gMASK]<sop><|user|>x<|assistant|><think>"
+    echoed = client.completions.create(model=MODEL, prompt=prompt, max_tokens=40, temperature=0, echo=True)
+    assert echoed.choices[0].text == prompt + SCRIPTED_REPLY
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=40, temperature=0, echo=True, stream=True) if c.choices)
+    assert streamed == prompt + SCRIPTED_REPLY
+    # The scripted chain starts with "Need"'s first token: banning it changes the reply, and
+    # response_format text and zero penalties (what many clients send) change nothing.
+    first = live_server.state.tokenizer.encode(SCRIPTED_REPLY)[0]
+    banned = client.completions.create(model=MODEL, prompt=prompt, max_tokens=5, temperature=0,
+                                       logit_bias={str(first): -100})
+    assert not banned.choices[0].text.startswith(SCRIPTED_REPLY[:4])
+    same = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=40, temperature=0,
+                                          presence_penalty=0, frequency_penalty=0, response_format={"type": "text"},
+                                          tools=[BASH_TOOL])
+    assert same.choices[0].message.tool_calls is not None
 
 
 def test_completions_endpoint_with_stop_strings(client, live_server):
