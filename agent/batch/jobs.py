@@ -46,6 +46,14 @@ class BatchJob(BaseModel):
             raise ValueError(f"{value!r} must be 1-100 characters of letters, digits, '.', '_' or '-'")
         return value
 
+    @field_validator("base_ref")
+    @classmethod
+    def _ref_is_not_an_option(cls, value: str) -> str:
+        # It is passed to git as an argument: a leading '-' would be read as an option.
+        if not value or value.startswith("-") or any(c.isspace() or ord(c) < 32 for c in value):
+            raise ValueError(f"{value!r} must be a branch, tag, commit or ref name (no spaces, no leading '-')")
+        return value
+
     @field_validator("setup", mode="before")
     @classmethod
     def _one_command_is_a_list(cls, value):
@@ -136,8 +144,10 @@ def _line_errors(number: int, exc: ValidationError, job_id: str | None) -> list[
 def _local_problem(job: BatchJob, base_dir: Path) -> tuple[str, str] | None:
     if job.is_local:
         repo = _resolve(job.repo, base_dir)
-        if not (repo / ".git").exists():
-            return "repo", f"{str(repo)!r} is not a git repository (expected a folder with .git)"
+        bare = (repo / "HEAD").is_file() and (repo / "objects").is_dir()
+        if not ((repo / ".git").exists() or bare):
+            message = f"{str(repo)!r} is not a git repository (expected a folder with .git, or a bare repository)"
+            return "repo", message
     if job.issue_file is not None and not _resolve(job.issue_file, base_dir).is_file():
         return "issue_file", f"{job.issue_file!r} does not exist"
     return None

@@ -59,6 +59,13 @@ def _resolve_ref(repo: Path, ref: str) -> str:
             return _git(repo, "rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}")
         except WorkspaceError:
             continue
+    # A clone fetches branches and tags only: a pull-request head (refs/pull/N/head) or a commit
+    # reachable only from such a ref has to be asked for by name.
+    try:
+        _git(repo, "fetch", "--quiet", "origin", ref)
+        return _git(repo, "rev-parse", "--verify", "--quiet", "FETCH_HEAD^{commit}")
+    except WorkspaceError:
+        pass
     raise WorkspaceError(f"base_ref {ref!r} does not name a commit in the repository")
 
 

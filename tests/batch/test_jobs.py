@@ -56,6 +56,17 @@ def test_git_urls_are_not_checked_on_the_host(tmp_path):
     assert loaded.errors == [] and not loaded.jobs[0].is_local
 
 
+def test_a_base_ref_that_git_would_read_as_an_option_is_rejected(tmp_path, small_repo):
+    jobs_file = write_lines(tmp_path / "j.jsonl", [
+        {"id": "opt", "repo": str(small_repo), "base_ref": "--upload-pack=touch /tmp/x", "task": "t"},
+        {"id": "pr", "repo": str(small_repo), "base_ref": "refs/pull/7/head", "task": "t"},
+    ])
+    loaded = load_jobs(jobs_file)
+    assert [j.id for j in loaded.jobs] == ["pr"]
+    [error] = loaded.errors
+    assert (error.line, error.field) == (1, "base_ref") and "no leading '-'" in error.message
+
+
 def test_cli_rejects_what_cannot_run(tmp_path, capsys):
     from agent.cli.main import main
 
