@@ -59,7 +59,7 @@ class Engine:
         self.prefix_cache = RadixCache(ps, self.allocator, self.host, clock=clock, enabled=config.enable_prefix_cache,
                                        copy_page=self._copy_page)
         self.scheduler = Scheduler(config, self.prefix_cache, self.allocator)
-        self.runner = ModelRunner(self.model, self.kv_cache, ps)
+        self.runner = ModelRunner(self.model, self.kv_cache, ps, fence=self.host.fence)
         self.max_position = self.model_config.max_position_embeddings
         # A sequence also ends ("length") when it would no longer fit the KV budget with its drafts.
         self.max_sequence = min(self.max_position, self.num_device_pages * ps - config.num_speculative_tokens)
@@ -83,6 +83,7 @@ class Engine:
         self._hit_tokens = {"prompt": 0, "device": 0, "host": 0}
 
     def _copy_page(self, src: int, dst: int) -> None:
+        self.host.fence()  # dst may be a page whose spill to the host is still in flight
         self.kv_cache.copy_pages(torch.tensor([src]), torch.tensor([dst]))
 
     # ---- validation ----
@@ -182,6 +183,8 @@ class Engine:
             "preemptions": self.scheduler.num_preemptions,
             "pages_spilled": self.host.pages_spilled,
             "pages_restored": self.host.pages_restored,
+            "host_pages_dropped": self.host.pages_dropped,
+            "host_tail_pages": self.prefix_cache.stats()["host_tail_pages"],
             "prompt_tokens": h["prompt"],
             "hit_rate": (h["device"] + h["host"]) / h["prompt"] if h["prompt"] else 0.0,
             "device_hit_rate": h["device"] / h["prompt"] if h["prompt"] else 0.0,

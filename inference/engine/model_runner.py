@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -30,11 +31,14 @@ class MtpSpan:
 
 
 class ModelRunner:
-    def __init__(self, model, cache, page_size: int):
+    def __init__(self, model, cache, page_size: int, fence: Callable[[], None] = lambda: None):
         self.model = model
         self.cache = cache
         self.page_size = page_size
         self.device = model.device
+        # Waits for host-tier copies (HostTier.fence): a forward reads restored pages and writes
+        # pages whose spill may still be in flight.
+        self.fence = fence
 
     def _batch(self, tokens: list[list[int]], starts: list[int], pages: list[list[int]], logit_rows: list[int]) -> ForwardBatch:
         dev = self.device
@@ -69,6 +73,7 @@ class ModelRunner:
             offset += n
         batch = self._batch([it.token_ids for it in items], [it.start for it in items],
                             [it.seq.pages for it in items], rows)
+        self.fence()
         out = self.model.forward_batch(batch, self.cache, return_all_hidden=want_hidden)
         return TargetOutput(out.logits, logit_rows, out.all_hidden_states, token_rows)
 
@@ -81,5 +86,6 @@ class ModelRunner:
             last_rows.append(offset - 1)
         batch = self._batch([s.next_ids for s in spans], [s.start for s in spans], [s.pages for s in spans], last_rows)
         prev = torch.cat([s.hidden for s in spans], dim=0)
+        self.fence()
         out = self.model.mtp_forward(batch, prev, self.cache)
         return out.logits, out.hidden_states

@@ -12,66 +12,33 @@ ancestors of every session path: they only become leaves once all sessions below
 Device eviction spills to the host tier when it has (or can make) room, else drops the node.
 
 Hits at any token offset: whole pages are shared in place; a finished sequence's partly filled
-last page stays as its node's *tail* (device only), and a request that continues those tokens
-gets a private copy of it, so only the tokens after the common prefix are recomputed.
+last page stays as its node's *tail*, and a request that continues those tokens gets a private
+copy of it, so only the tokens after the common prefix are recomputed. Tails spill to the host
+tier like whole pages (an agent's previous turn usually ends mid-page) and are copied straight
+from there into the request's private page.
+
+NOTE invariants (checked by the tests after every operation):
+- device: allocator.num_free + device_cached_pages + pages held privately by sequences
+  == allocator.num_pages; host: host.num_free + host_cached_pages == host pages. Both counts
+  include tail pages, in the tier that holds them.
+- A node has at most one tail, on the device or on the host. A device tail implies a device node
+  (spilling a node spills its tail first); a host tail may hang on either kind of node.
+- A tail page is never shared with a running sequence (it gets a copy), so a tail may be spilled
+  or dropped even from a locked or inner node; it takes its node's place in the LRU order.
+- Eviction never frees or overwrites a page of a locked node, on either tier.
 """
 
 from __future__ import annotations
 
 import heapq
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from inference.engine.host_tier import HostTier
 from inference.engine.page_allocator import PageAllocator
+from inference.engine.radix_node import Match, Node, Tail, TailHit
 
-
-class Node:
-    __slots__ = ("parent", "children", "key", "device_pages", "host_pages", "lock_ref", "last_access", "sessions",
-                 "tail")
-
-    def __init__(self, parent: Optional["Node"], key: tuple, device_pages: Optional[list[int]]):
-        self.parent = parent
-        self.children: dict[tuple, Node] = {}
-        self.key = key
-        self.device_pages = device_pages
-        self.host_pages: Optional[list[int]] = None
-        self.lock_ref = 0
-        self.last_access = 0
-        self.sessions: dict[str, float] = {}  # session id -> protection expiry (clock seconds)
-        # A partly filled page that continues this node's tokens (device only): (tokens, page).
-        self.tail: Optional[tuple[tuple, int]] = None
-
-    @property
-    def on_device(self) -> bool:
-        return self.device_pages is not None
-
-    @property
-    def num_pages(self) -> int:
-        pages = self.device_pages if self.device_pages is not None else self.host_pages
-        return len(pages) if pages is not None else 0
-
-    def path(self):
-        node = self
-        while node.parent is not None:
-            yield node
-            node = node.parent
-
-
-@dataclass
-class Match:
-    """Result of matching a token sequence: `node` is the deepest matched node (locked by the
-    caller while in use); `device_pages` covers the device-resident part, `host_nodes` the part
-    that must be restored from the host tier before use."""
-
-    node: Node
-    device_pages: list[int]
-    host_nodes: list[Node] = field(default_factory=list)
-
-    @property
-    def num_host_pages(self) -> int:
-        return sum(n.num_pages for n in self.host_nodes)
+__all__ = ["Match", "Node", "RadixCache", "Tail", "TailHit"]
 
 
 class RadixCache:
@@ -206,6 +173,11 @@ class RadixCache:
                 self._nodes.add(child)
                 self.device_cached_pages += len(pages) - i
                 child.last_access = self._tick
+                if node.tail is not None and child.key[:len(node.tail.tokens)] == node.tail.tokens:
+                    # NOTE: the new pages hold the tail's tokens (an agent's next turn extends
+                    # the last one), so the tail is dead weight; kept, it would stay as fresh as
+                    # the busy path above it and crowd out live pages on both tiers.
+                    self._drop_tail(node)
                 return child, leftover
             n = self._common_pages(child, tokens, i, len(pages))
             if n < child.num_pages:
@@ -230,36 +202,64 @@ class RadixCache:
         if not self.enabled or not node.on_device or not tokens:
             return False
         self._drop_tail(node)
-        node.tail = (tokens, page)
+        node.tail = Tail(tokens, page)
         node.last_access = self._tick  # the root is never matched, so its tail's LRU age starts here
         self.device_cached_pages += 1
         return True
 
-    def match_tail(self, node: Node, tokens, start: int, limit: int) -> tuple[Optional[int], int]:
-        """(tail page, n) when the first n > 0 tokens of tokens[start:limit] continue `node` in
-        its tail page; (None, 0) otherwise."""
-        if node.tail is None or not node.on_device:
-            return None, 0
-        tail_tokens, page = node.tail
+    def match_tail(self, node: Node, tokens, start: int, limit: int) -> Optional[TailHit]:
+        """The hit when the first n > 0 tokens of tokens[start:limit] continue `node` in its
+        tail page (on either tier); None otherwise."""
+        tail = node.tail
+        if tail is None:
+            return None
         n = 0
-        for a, b in zip(tail_tokens, tokens[start:limit]):
+        for a, b in zip(tail.tokens, tokens[start:limit]):
             if a != b:
                 break
             n += 1
-        return (page, n) if n else (None, 0)
+        return TailHit(node, tail, n) if n else None
 
-    def copy_tail(self, page: int) -> int:
-        """A private copy of a tail page for a sequence that continues writing into it."""
-        new = self.allocator.alloc(1)[0]
-        if self.copy_page is not None:
-            self.copy_page(page, new)
-        return new
+    def take_tail(self, hit: TailHit) -> Optional[int]:
+        """A private device page holding the hit's tokens, for a sequence that continues writing
+        into it; None when eviction has dropped the tail since the match (the caller recomputes
+        those tokens). The caller has made room for the page.
+
+        NOTE: a host tail is copied straight into the private page and stays on the host: a
+        tail is never shared in place, so moving it back to the device would only cost a
+        second device page and a device copy."""
+        tail = hit.node.tail
+        if tail is not hit.tail:
+            return None
+        page = self.allocator.alloc(1)[0]
+        if tail.on_host:
+            self.host.load([tail.page], [page])
+        elif self.copy_page is not None:
+            self.copy_page(tail.page, page)
+        return page
 
     def _drop_tail(self, node: Node) -> None:
-        if node.tail is not None:
-            self.allocator.free([node.tail[1]])
+        tail, node.tail = node.tail, None
+        if tail is None:
+            return
+        if tail.on_host:
+            self.host.drop([tail.page])
+            self.host_cached_pages -= 1
+        else:
+            self.allocator.free([tail.page])
             self.device_cached_pages -= 1
-            node.tail = None
+
+    def _spill_tail(self, node: Node, now: float) -> None:
+        """Move a device tail to the host tier, or drop it when the host has no room."""
+        tail = node.tail
+        if not self.host.enabled or not self._make_host_room(1, now, exclude=node):
+            self._drop_tail(node)
+            return
+        (host_page,) = self.host.spill([tail.page])
+        self.allocator.free([tail.page])
+        self.device_cached_pages -= 1
+        self.host_cached_pages += 1
+        tail.page, tail.on_host = host_page, True
 
     # ---- session retention ----
     def retain(self, session_id: str, node: Node, ttl_s: float) -> None:
@@ -294,44 +294,65 @@ class RadixCache:
     def _host_leaf(self, node: Node) -> bool:
         return not node.on_device and node.lock_ref == 0 and not node.children
 
+    def _tailed(self, tier_on_host: bool) -> list[Node]:
+        nodes = [n for n in self._nodes if n.tail is not None and n.tail.on_host == tier_on_host]
+        if self.root.tail is not None and self.root.tail.on_host == tier_on_host:
+            nodes.append(self.root)  # the root is in no node set, but its tail is evictable
+        return nodes
+
     def make_room(self, num_pages: int) -> bool:
-        """Evict device pages until `num_pages` are free; False if locked pages prevent it.
-        Tail pages are never shared with a running sequence (it gets a copy), so they can go
-        even from locked or inner nodes; they take their node's place in the LRU order."""
-        if self.allocator.num_free >= num_pages:
+        """Evict device pages until `num_pages` are free; False if locked pages prevent it."""
+        return self.allocator.num_free >= num_pages or self._evict(False, num_pages, self.clock())
+
+    def _make_host_room(self, num_pages: int, now: float, exclude: Node) -> bool:
+        if self.host.num_free >= num_pages:
             return True
-        now = self.clock()
+        return self.host.allocator.num_pages >= num_pages and self._evict(True, num_pages, now, exclude)
+
+    def _evict(self, on_host: bool, num_pages: int, now: float, exclude: Optional[Node] = None) -> bool:
+        """Free pages of one tier: unlocked leaves of that tier and tails held there, unprotected
+        and least recently used first, never `exclude` (a node being spilled) or its tail. Device
+        leaves spill to the host (with their tail), device tails alone likewise; host leaves and
+        host tails are dropped."""
+        pool = self.host if on_host else self.allocator
+        is_leaf = self._host_leaf if on_host else self._device_leaf
 
         def entry(n: Node, whole: bool):
             return (self._protected(n, now), n.last_access, int(whole), id(n)), whole, n
 
-        heap = [entry(n, True) for n in self._nodes if self._device_leaf(n)]
-        tailed = [n for n in self._nodes if n.tail is not None and not self._device_leaf(n)]
-        if self.root.tail is not None:  # the root is in no node set, but its tail is evictable
-            tailed.append(self.root)
-        heap += [entry(n, False) for n in tailed]
+        heap = [entry(n, True) for n in self._nodes if is_leaf(n) and n is not exclude]
+        # A leaf's own tail goes with it; other tails are evicted alone.
+        heap += [entry(n, False) for n in self._tailed(on_host) if not is_leaf(n) and n is not exclude]
         heapq.heapify(heap)
-        while self.allocator.num_free < num_pages and heap:
+        while pool.num_free < num_pages and heap:
             _, whole, node = heapq.heappop(heap)
             if node is not self.root and node not in self._nodes:
                 continue
             if not whole:
-                self._drop_tail(node)
+                if node.tail is not None and node.tail.on_host == on_host:
+                    self._drop_tail(node) if on_host else self._spill_tail(node, now)
                 continue
-            if not self._device_leaf(node):
+            if not is_leaf(node):
                 continue
-            short = num_pages - self.allocator.num_free
+            short = num_pages - pool.num_free
             if node.num_pages > short:
                 # Evict only the deepest pages: the rest of the node stays cached.
                 self._split(node, node.num_pages - short)
             parent = node.parent
-            self._evict_device(node, now)
-            if parent is not None and parent in self._nodes and self._device_leaf(parent):
+            self._delete_subtree(node) if on_host else self._evict_device(node, now)
+            if parent in self._nodes and is_leaf(parent) and parent is not exclude:
                 heapq.heappush(heap, entry(parent, True))
-        return self.allocator.num_free >= num_pages
+        return pool.num_free >= num_pages
+
+    def _tailed(self, on_host: bool) -> list[Node]:
+        nodes = [n for n in self._nodes if n.tail is not None and n.tail.on_host == on_host]
+        if self.root.tail is not None and self.root.tail.on_host == on_host:
+            nodes.append(self.root)  # the root is in no node set, but its tail is evictable
+        return nodes
 
     def _evict_device(self, node: Node, now: float) -> None:
-        self._drop_tail(node)
+        if node.tail is not None and not node.tail.on_host:
+            self._spill_tail(node, now)  # first: a host node never holds a device tail
         n = len(node.device_pages)
         if self.host.enabled and self._make_host_room(n, now, exclude=node):
             node.host_pages = self.host.spill(node.device_pages)
@@ -341,27 +362,6 @@ class RadixCache:
             node.device_pages = None
         else:
             self._delete_subtree(node)
-
-    def _make_host_room(self, num_pages: int, now: float, exclude: Node) -> bool:
-        if self.host.num_free >= num_pages:
-            return True
-        if self.host.allocator.num_pages < num_pages:
-            return False
-        heap = [((self._protected(n, now), n.last_access, id(n)), n) for n in self._nodes
-                if self._host_leaf(n) and n is not exclude]
-        heapq.heapify(heap)
-        while self.host.num_free < num_pages and heap:
-            _, node = heapq.heappop(heap)
-            if node not in self._nodes or not self._host_leaf(node):
-                continue
-            short = num_pages - self.host.num_free
-            if node.num_pages > short:
-                self._split(node, node.num_pages - short)
-            parent = node.parent
-            self._delete_subtree(node)
-            if parent in self._nodes and self._host_leaf(parent) and parent is not exclude:
-                heapq.heappush(heap, ((self._protected(parent, now), parent.last_access, id(parent)), parent))
-        return self.host.num_free >= num_pages
 
     def _delete_subtree(self, node: Node) -> None:
         for child in list(node.children.values()):
@@ -390,9 +390,12 @@ class RadixCache:
             self._delete_subtree(node)
 
     def stats(self) -> dict:
+        tails = [n.tail for n in [self.root, *self._nodes] if n.tail is not None]
         return {
             "device_cached_pages": self.device_cached_pages,
             "host_cached_pages": self.host_cached_pages,
+            "device_tail_pages": sum(not t.on_host for t in tails),
+            "host_tail_pages": sum(t.on_host for t in tails),
             "nodes": len(self._nodes),
             "sessions_retained": len(self._sessions),
         }

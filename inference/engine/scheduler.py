@@ -39,7 +39,7 @@ class ScheduledItem:
 @dataclass
 class ScheduledBatch:
     items: list[ScheduledItem] = field(default_factory=list)
-    restored_pages: int = 0  # pages copied host -> device this step (cost model / stats)
+    restored_pages: int = 0  # pages (tails included) copied host -> device this step (cost model / stats)
 
     @property
     def num_tokens(self) -> int:
@@ -132,28 +132,31 @@ class Scheduler:
                     continue
                 computing.add(first_page)
             self.cache.lock(match.node)
-            n_host = match.num_host_pages
-            num_cached = (len(match.device_pages) + n_host) * self.page_size
-            tail_page, n_tail = self.cache.match_tail(match.node, seq.tokens, num_cached, len(seq.tokens) - 1)
+            n_device, n_host = len(match.device_pages), match.num_host_pages
+            num_cached = (n_device + n_host) * self.page_size
+            tail = self.cache.match_tail(match.node, seq.tokens, num_cached, len(seq.tokens) - 1)
+            n_tail = tail.n if tail is not None else 0
             n_feed = min(len(seq.tokens) - num_cached - n_tail, self.config.chunk_size, budget)
-            # host pages to restore + a copy of the tail page + pages for the new tokens
-            need = self._pages_for(num_cached + n_tail + n_feed) - len(match.device_pages)
+            # host pages to restore + a private copy of the tail page + pages for the new tokens
+            need = self._pages_for(num_cached + n_tail + n_feed) - n_device
             if not self.cache.make_room(need):
                 self.cache.unlock(match.node)
                 break  # no room without preempting running work: wait for it to finish
-            if n_tail and (match.node.tail is None or match.node.tail[1] != tail_page):
-                n_tail = 0  # make_room took the tail page itself: recompute those tokens
             self.cache.restore(match)
-            restored += n_host
+            tail_page = self.cache.take_tail(tail) if tail is not None else None
+            if tail_page is None:
+                n_tail = 0  # make_room dropped the tail itself: recompute those tokens
+            tail_from_host = tail_page is not None and tail.on_host
+            restored += n_host + int(tail_from_host)
             self.waiting.remove(seq)
             if not seq.admitted:
                 seq.admitted = True
-                seq.cached_device = (len(match.device_pages) - n_host) * self.page_size + n_tail
-                seq.cached_host = n_host * self.page_size
+                seq.cached_device = n_device * self.page_size + (0 if tail_from_host else n_tail)
+                seq.cached_host = n_host * self.page_size + (n_tail if tail_from_host else 0)
             seq.pages = list(match.device_pages)
             seq.num_tree_pages = len(seq.pages)
-            if n_tail:
-                seq.pages.append(self.cache.copy_tail(tail_page))
+            if tail_page is not None:
+                seq.pages.append(tail_page)
             seq.lock_node = match.node
             seq.num_computed = num_cached + n_tail
             seq.status = Status.RUNNING
