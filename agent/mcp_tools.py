@@ -31,7 +31,9 @@ from typing import Any
 
 import anyio
 import jsonschema
+import mcp_types
 from mcp import Client
+from mcp.shared.exceptions import MCPError as SDKError
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from agent.config import MCPServerConfig
@@ -69,6 +71,8 @@ class MCPConnection:
         self._stop = asyncio.Event()
         self._serving: concurrent.futures.Future | None = None
         self._error: BaseException | None = None
+        self._calls: set[concurrent.futures.Future] = set()
+        self._calls_lock = threading.Lock()
         self._closed = False
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name=f"mcp-{name}")
         # A host server's stderr goes to a file of ours (never the process's stderr, which a test
@@ -151,16 +155,38 @@ class MCPConnection:
         future = asyncio.run_coroutine_threadsafe(
             client.call_tool(tool, arguments, read_timeout_seconds=self.config.call_timeout_s), self._loop
         )
+        with self._calls_lock:
+            self._calls.add(future)
+        timed_out = MCPError(f"MCP server {self.name!r}: {tool} gave no answer within {self.config.call_timeout_s:g}s "
+                             f"(mcp_servers.{self.name}.call_timeout_s)")
         try:
             return future.result(self.config.call_timeout_s + 5)
+        except concurrent.futures.CancelledError:
+            raise InterruptedError("interrupted by the user") from None
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise MCPError(f"MCP server {self.name!r}: {tool} gave no answer within "
-                           f"{self.config.call_timeout_s:g}s") from None
+            raise timed_out from None
+        except SDKError as exc:
+            if exc.error.code == mcp_types.REQUEST_TIMEOUT:
+                raise timed_out from None
+            raise self._call_failure(tool, exc) from None
         except Exception as exc:  # noqa: BLE001 - explained with the server's state
-            if self._process is not None and self._process.exit_code() is not None:
-                raise MCPError(f"MCP server {self.name!r} exited during {tool}{self._diagnosis()}") from None
-            raise MCPError(f"MCP server {self.name!r}: {tool} failed: {exc}{self._diagnosis()}") from None
+            raise self._call_failure(tool, exc) from None
+        finally:
+            with self._calls_lock:
+                self._calls.discard(future)
+
+    def cancel_calls(self) -> None:
+        """Abandon the calls in flight (a user interrupt); the SDK tells the server they were cancelled."""
+        with self._calls_lock:
+            calls = list(self._calls)
+        for future in calls:
+            future.cancel()
+
+    def _call_failure(self, tool: str, exc: Exception) -> MCPError:
+        if self._process is not None and self._process.exit_code() is not None:
+            return MCPError(f"MCP server {self.name!r} exited during {tool}{self._diagnosis()}")
+        return MCPError(f"MCP server {self.name!r}: {tool} failed: {exc}{self._diagnosis()}")
 
     def close(self) -> None:
         """Stop the session and the server (close stdin, wait, kill); idempotent."""
@@ -235,6 +261,9 @@ class MCPTool(Tool):
             lines = [f"- {'.'.join(map(str, e.absolute_path)) or '(arguments)'}: {e.message}" for e in errors]
             raise _SchemaError(f"invalid arguments for {self.name}:\n" + "\n".join(lines))
         return raw_args
+
+    def cancel(self) -> None:
+        self.connection.cancel_calls()
 
     def run(self, args: dict[str, Any]) -> ToolResult:
         result = self.connection.call(self.remote_name, args)

@@ -24,6 +24,8 @@ TOOLS = [
                      "required": ["a", "b"]}},
     {"name": "crash", "description": "Exit in the middle of the call.",
      "inputSchema": {"type": "object", "properties": {}}},
+    {"name": "sleep", "description": "Answer after some seconds.",
+     "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}},
 ]
 
 
@@ -44,6 +46,9 @@ def call_tool(name, args):
         sys.stderr.write("crashing on purpose in the middle of a call\n")
         sys.stderr.flush()
         os._exit(3)
+    if name == "sleep":
+        time.sleep(args["seconds"])
+        return "slept", False
     return f"unknown tool {name}", True
 
 

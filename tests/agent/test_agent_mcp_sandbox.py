@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -112,6 +113,25 @@ def test_a_server_that_crashes_mid_call_gives_a_tool_error_with_its_exit_code_an
         for conn in connections:
             conn.close()
     assert server_processes(sandbox) == {}
+
+
+def test_a_slow_call_times_out_with_a_clear_error_and_an_interrupt_stops_waiting(sandbox, server):
+    config = AgentConfig(mcp_servers={"plain": MCPServerConfig(command=server, call_timeout_s=0.5)})
+    tools, connections = build_toolset(config, sandbox)
+    try:
+        slow = tools.call("plain__sleep", {"seconds": 1.5})
+        assert slow.is_error
+        assert "MCP server 'plain': sleep gave no answer within 0.5s (mcp_servers.plain.call_timeout_s)" in slow.output
+        connections[0].config.call_timeout_s = 30
+        timer = threading.Timer(0.3, tools.cancel)
+        timer.start()
+        interrupted = tools.call("plain__sleep", {"seconds": 1.5})
+        timer.join()
+        assert interrupted.is_error and interrupted.output == "plain__sleep: interrupted by the user"
+        assert tools.call("plain__add", {"a": 2, "b": 3}).output == "5"  # the session outlived both
+    finally:
+        for conn in connections:
+            conn.close()
 
 
 def test_servers_that_fail_to_start_in_the_sandbox_are_reported_and_leave_nothing_running(sandbox, server):
