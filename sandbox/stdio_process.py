@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from sandbox.attached import AttachedProcess, StreamClosed
 from sandbox.docker_client import connect
@@ -53,7 +54,7 @@ class StdioProcessError(SandboxError):
     """The process could not be started, or its output broke the line protocol."""
 
 
-class _Channel:
+class _Channel(Protocol):
     """The transport under a StdioProcess: bytes in, stdout chunks out, stderr kept aside."""
 
     where: str
@@ -89,9 +90,10 @@ class StdioProcess:
 
     @classmethod
     def start(cls, sandbox, argv: Sequence[str], *, env: dict[str, str] | None = None,
-              workdir: str | None = None) -> StdioProcess:
+              workdir: str | None = None, max_line_bytes: int = MAX_LINE_BYTES) -> StdioProcess:
         """Start `argv` in `sandbox` (a Sandbox or LocalSandbox) with extra `env`, in `workdir`
-        (default: the sandbox's workdir)."""
+        (default: the sandbox's workdir). A stdout line over `max_line_bytes` ends the output
+        with an error."""
         from sandbox.docker_sandbox import Sandbox
         from sandbox.local import LocalSandbox
 
@@ -112,7 +114,7 @@ class StdioProcess:
         else:
             channel = _ContainerChannel(sandbox.config.docker_host, sandbox.container_id, argv, env=env,
                                         user=sandbox.config.user, workdir=workdir)
-        return cls(channel, argv)
+        return cls(channel, argv, max_line_bytes=max_line_bytes)
 
     # -- talking -------------------------------------------------------------------------------
     @property

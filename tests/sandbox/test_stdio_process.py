@@ -56,6 +56,15 @@ def test_close_kills_a_process_that_ignores_eof_and_all_it_started(shared_sandbo
     proc.close()  # idempotent
 
 
+def test_a_runaway_line_ends_the_output_with_an_error_instead_of_filling_memory(shared_sandbox):
+    script = "echo short; head -c 5000 /dev/zero | tr '\\0' x; sleep 30"
+    with StdioProcess.start(shared_sandbox, ["sh", "-c", script], max_line_bytes=1000) as proc:
+        assert proc.read_line(timeout=30) == "short"
+        with pytest.raises(StdioProcessError, match="wrote a line longer than 1000 bytes"):
+            proc.read_line(timeout=30)
+    assert _leftovers(shared_sandbox, "sleep 30") == []
+
+
 def test_a_local_sandbox_process_runs_on_the_host_in_its_workspace():
     with LocalSandbox() as local:
         with StdioProcess.start(local, ["sh", "-c", 'echo "$X $(pwd)"; exec cat'], env={"X": "local"}) as proc:
