@@ -174,9 +174,9 @@ class RadixCache:
                 self.device_cached_pages += len(pages) - i
                 child.last_access = self._tick
                 if node.tail is not None and child.key[:len(node.tail.tokens)] == node.tail.tokens:
-                    # NOTE: the new pages hold the tail's tokens (an agent's next turn extends
-                    # the last one), so the tail is dead weight; kept, it would stay as fresh as
-                    # the busy path above it and crowd out live pages on both tiers.
+                    # NOTE: the new child's first page serves every hit the tail could (an
+                    # agent's next turn extends the last one), so the tail is dead weight; kept,
+                    # it would stay as fresh as the busy path above it and crowd out live pages.
                     self._drop_tail(node)
                 return child, leftover
             n = self._common_pages(child, tokens, i, len(pages))
@@ -201,6 +201,8 @@ class RadixCache:
         # The root takes a tail too: it is where a prompt shorter than one page ends.
         if not self.enabled or not node.on_device or not tokens:
             return False
+        if any(key[:len(tokens)] == tokens for key in node.children):
+            return False  # a child's first page already holds these tokens (see match_tail)
         self._drop_tail(node)
         node.tail = Tail(tokens, page)
         node.last_access = self._tick  # the root is never matched, so its tail's LRU age starts here
@@ -208,35 +210,48 @@ class RadixCache:
         return True
 
     def match_tail(self, node: Node, tokens, start: int, limit: int) -> Optional[TailHit]:
-        """The hit when the first n > 0 tokens of tokens[start:limit] continue `node` in its
-        tail page (on either tier); None otherwise."""
-        tail = node.tail
-        if tail is None:
-            return None
-        n = 0
-        for a, b in zip(tail.tokens, tokens[start:limit]):
-            if a != b:
-                break
-            n += 1
-        return TailHit(node, tail, n) if n else None
+        """The longest run of tokens[start:limit], n > 0, that a cached page continuing `node`
+        already holds at its start: its tail or the first page of a child (the KV of a slot
+        depends only on the tokens up to it, so a page serves any request sharing its leading
+        tokens). None when no page does."""
+        want = tuple(tokens[start:min(limit, start + self.page_size)])
+        best: Optional[TailHit] = None
+        if node.tail is not None:
+            n = _common_prefix(node.tail.tokens, want)
+            if n:
+                best = TailHit(node, n, tail=node.tail)
+        for key in node.children:
+            if want and key[0] == want[0]:
+                n = _common_prefix(key, want)
+                if best is None or n > best.n:
+                    best = TailHit(node, n, child_key=key)
+        return best
 
-    def take_tail(self, hit: TailHit) -> Optional[int]:
-        """A private device page holding the hit's tokens, for a sequence that continues writing
-        into it; None when eviction has dropped the tail since the match (the caller recomputes
-        those tokens). The caller has made room for the page.
+    def take_tail(self, hit: TailHit) -> Optional[tuple[int, bool]]:
+        """(page, copied from the host): a private device page holding the hit's tokens, for a
+        sequence that continues writing into it; None when eviction has dropped the source since
+        the match (the caller recomputes those tokens). The caller has made room for the page.
 
-        NOTE: a host tail is copied straight into the private page and stays on the host: a
-        tail is never shared in place, so moving it back to the device would only cost a
-        second device page and a device copy."""
-        tail = hit.node.tail
-        if tail is not hit.tail:
-            return None
+        NOTE: the source stays where it is, on either tier: a partial page is never shared in
+        place, so moving a host tail back to the device would only cost a second device page."""
+        if hit.tail is not None:
+            if hit.node.tail is not hit.tail:
+                return None
+            src, on_host = hit.tail.page, hit.tail.on_host
+        else:
+            # Looked up again: eviction may have split the child (its first page is then held
+            # by the new upper part), spilled it, or dropped it.
+            child = hit.node.children.get(hit.child_key)
+            if child is None:
+                return None
+            child.last_access = self._tick
+            src, on_host = (child.device_pages[0], False) if child.on_device else (child.host_pages[0], True)
         page = self.allocator.alloc(1)[0]
-        if tail.on_host:
-            self.host.load([tail.page], [page])
+        if on_host:
+            self.host.load([src], [page])
         elif self.copy_page is not None:
-            self.copy_page(tail.page, page)
-        return page
+            self.copy_page(src, page)
+        return page, on_host
 
     def _drop_tail(self, node: Node) -> None:
         tail, node.tail = node.tail, None
@@ -293,12 +308,6 @@ class RadixCache:
 
     def _host_leaf(self, node: Node) -> bool:
         return not node.on_device and node.lock_ref == 0 and not node.children
-
-    def _tailed(self, tier_on_host: bool) -> list[Node]:
-        nodes = [n for n in self._nodes if n.tail is not None and n.tail.on_host == tier_on_host]
-        if self.root.tail is not None and self.root.tail.on_host == tier_on_host:
-            nodes.append(self.root)  # the root is in no node set, but its tail is evictable
-        return nodes
 
     def make_room(self, num_pages: int) -> bool:
         """Evict device pages until `num_pages` are free; False if locked pages prevent it."""
@@ -399,3 +408,12 @@ class RadixCache:
             "nodes": len(self._nodes),
             "sessions_retained": len(self._sessions),
         }
+
+
+def _common_prefix(a: tuple, b: tuple) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -66,13 +66,10 @@ class Match:
 
 @dataclass
 class TailHit:
-    """The first `n` tokens after a match continue `node`'s tail page."""
+    """The first `n` tokens after a match continue a partly matched page after `node`: its
+    tail, or the first page of the child keyed `child_key`."""
 
     node: Node
-    tail: Tail
     n: int
-
-    @property
-    def on_host(self) -> bool:
-        """Where the tail is now (eviction may have spilled it since the match)."""
-        return self.tail.on_host
+    tail: Optional[Tail] = None
+    child_key: Optional[tuple] = None

@@ -137,16 +137,16 @@ class Scheduler:
             tail = self.cache.match_tail(match.node, seq.tokens, num_cached, len(seq.tokens) - 1)
             n_tail = tail.n if tail is not None else 0
             n_feed = min(len(seq.tokens) - num_cached - n_tail, self.config.chunk_size, budget)
-            # host pages to restore + a private copy of the tail page + pages for the new tokens
+            # host pages to restore + a private copy of the partly matched page + new pages
             need = self._pages_for(num_cached + n_tail + n_feed) - n_device
             if not self.cache.make_room(need):
                 self.cache.unlock(match.node)
                 break  # no room without preempting running work: wait for it to finish
             self.cache.restore(match)
-            tail_page = self.cache.take_tail(tail) if tail is not None else None
-            if tail_page is None:
-                n_tail = 0  # make_room dropped the tail itself: recompute those tokens
-            tail_from_host = tail_page is not None and tail.on_host
+            taken = self.cache.take_tail(tail) if tail is not None else None
+            if taken is None:
+                n_tail = 0  # make_room dropped that page itself: recompute those tokens
+            tail_page, tail_from_host = taken if taken is not None else (None, False)
             restored += n_host + int(tail_from_host)
             self.waiting.remove(seq)
             if not seq.admitted:

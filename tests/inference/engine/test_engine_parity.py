@@ -51,10 +51,11 @@ def test_prefix_hits_at_and_inside_page_boundaries(engine_checkpoint, hf_greedy)
     eng.generate([greedy(base, N_NEW)])
     cases = [base[:32] + make_prompt(100, 20), base[:40] + make_prompt(101, 20), list(base)]
     results = eng.generate([greedy(p, N_NEW) for p in cases])
-    # 32 shared tokens = 2 whole pages; 40 shared = 2 whole pages + 8 recomputed; identical
-    # prompt: 4 whole pages + 5 tokens from the first request's partial page (copied), since
-    # the last prompt token must be computed.
-    assert [r.usage.cached_tokens for r in results] == [32, 32, 69]
+    # 32 shared tokens = 2 whole pages; 40 shared = 2 whole pages + the first 8 tokens of the
+    # third (copied: the request writes its own tokens after them); identical prompt: 4 whole
+    # pages + 5 tokens from the first request's partial page (copied), since the last prompt
+    # token must be computed.
+    assert [r.usage.cached_tokens for r in results] == [32, 40, 69]
     for p, r in zip(cases, results):
         assert r.token_ids == hf_greedy(tuple(p), N_NEW)
 

@@ -194,11 +194,11 @@ def test_partial_tail_page_is_reused_and_freed_with_its_node():
     check_invariants(cache, alloc)
     m = cache.match(a + [8, 9, 77, 78], 3)
     hit = cache.match_tail(m.node, a + [8, 9, 77, 78], 8, 11)
-    assert hit.n == 2 and hit.tail.page == tail_page and not hit.on_host  # any common prefix
+    assert hit.n == 2 and hit.tail.page == tail_page and not hit.tail.on_host  # any common prefix
     assert cache.match_tail(m.node, a + [8, 9, 10], 8, 10).n == 2  # the last token is computed
     assert cache.match_tail(m.node, a + [5, 9, 10], 8, 10) is None
-    copy = cache.take_tail(hit)
-    assert copy != tail_page
+    copy, from_host = cache.take_tail(hit)
+    assert copy != tail_page and not from_host
     alloc.free([copy])
     assert cache.make_room(4)  # the node goes to the host, its tail with it
     assert cache.host_cached_pages == 3 and alloc.num_free == 4
@@ -262,12 +262,12 @@ def test_evicted_node_takes_its_tail_to_the_host_and_a_hit_copies_it_back():
     m = cache.match(nxt, 3)
     assert m.num_host_pages == 2
     hit = cache.match_tail(m.node, nxt, 8, len(nxt) - 1)
-    assert hit.n == 2 and hit.on_host
+    assert hit.n == 2 and hit.tail.on_host
     cache.lock(m.node)
     assert cache.make_room(3)
     cache.restore(m)
-    page = cache.take_tail(hit)
-    assert page is not None and cache.host.pages_restored == 3
+    page, from_host = cache.take_tail(hit)
+    assert from_host and cache.host.pages_restored == 3
     # The host copy of the tail stays cached: the sequence owns a copy.
     assert host_tails(cache) == 1
     check_invariants(cache, alloc, held=1)
@@ -284,11 +284,11 @@ def test_tail_alone_spills_from_a_locked_node():
     m = cache.match(a, 2)
     cache.lock(m.node)
     hit = cache.match_tail(m.node, a + [99], 8, 10)
-    assert not hit.on_host
+    assert not hit.tail.on_host
     assert cache.make_room(1)  # the locked pages stay; only the tail can go, to the host
-    assert node.on_device and node.tail.on_host and hit.on_host
-    page = cache.take_tail(hit)  # still there, just on the other tier
-    assert page is not None
+    assert node.on_device and node.tail.on_host
+    page, from_host = cache.take_tail(hit)  # still there, just on the other tier
+    assert from_host
     alloc.free([page])
     cache.unlock(m.node)
     check_invariants(cache, alloc)
@@ -328,7 +328,7 @@ def test_host_tail_of_a_protected_session_outlives_an_unprotected_branch():
     put(cache, alloc, seq(600, 8))  # 2 pages spill: the host drops the unprotected branch
     assert cache.peek(agent, 1) == 1 and cache.peek(other, 1) == 0
     m = cache.match(agent + [7], 1)
-    assert cache.match_tail(m.node, agent + [7], 4, 6).on_host
+    assert cache.match_tail(m.node, agent + [7], 4, 6).tail.on_host
     check_invariants(cache, alloc)
 
 
@@ -342,6 +342,35 @@ def test_a_next_turn_that_covers_the_tail_drops_it():
     put_with_tail(cache, alloc, seq(0, 4) + seq(70, 3))  # a tail on a node with other children
     branch = cache.match(seq(0, 4), 1).node
     assert branch.tail is not None and branch.tail.tokens == (70, 71, 72)
+    assert not cache.attach_tail(branch, (4, 5), 0)  # a child's first page already holds (4, 5)
+    check_invariants(cache, alloc)
+
+
+def test_mid_page_hit_on_a_childs_first_page_on_either_tier():
+    cache, alloc = make(device_pages=4, host_pages=4)
+    a = seq(0, 12)
+    put(cache, alloc, a)
+    fork = a[:6] + [99, 98]  # shares 1 whole page and 2 tokens of the second
+    m = cache.match(fork, 1)
+    hit = cache.match_tail(m.node, fork, 4, len(fork) - 1)
+    assert hit.n == 2 and hit.tail is None
+    cache.lock(m.node)
+    assert cache.make_room(1)
+    page, from_host = cache.take_tail(hit)
+    assert not from_host and page not in m.node.device_pages
+    alloc.free([page])
+    cache.unlock(m.node)
+    put(cache, alloc, seq(500, 16))  # a goes to the host
+    m = cache.match(fork, 1)
+    hit = cache.match_tail(m.node, fork, 4, len(fork) - 1)
+    assert hit.n == 2 and m.num_host_pages == 1
+    cache.lock(m.node)
+    assert cache.make_room(2)
+    cache.restore(m)
+    page, from_host = cache.take_tail(hit)
+    assert from_host  # the child stayed on the host: copied from there
+    alloc.free([page])
+    cache.unlock(m.node)
     check_invariants(cache, alloc)
 
 
@@ -360,9 +389,9 @@ def test_random_workload_with_tails_conserves_pages_on_both_tiers(ops):
             cache.lock(m.node)
             if cache.make_room(m.num_host_pages + 1):
                 cache.restore(m)
-                page = cache.take_tail(hit)
-                if page is not None:
-                    alloc.free([page])
+                taken = cache.take_tail(hit)
+                if taken is not None:
+                    alloc.free([taken[0]])
             cache.unlock(m.node)
         put_with_tail(cache, alloc, tokens, session=f"s{family}" if retain else None, ttl=3.0)
         clock.t += advance
