@@ -14,6 +14,8 @@ import threading
 from collections import defaultdict
 from pathlib import Path
 
+from agent.batch.ownership import Owner
+
 _repo_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 
 COMMITTER = {
@@ -31,20 +33,21 @@ class BranchError(RuntimeError):
 def commit_patch_to_branch(repo: Path, base_commit: str, branch: str, patch: str, message: str) -> str:
     """Create (or move) `branch` to a commit of `patch` on top of `base_commit`; returns the commit id."""
     repo = Path(repo).resolve()
+    # As the repository's owner: objects and refs written by root would lock the user out of them.
+    owner = Owner.for_repo(repo)
     with _repo_locks[str(repo)], tempfile.TemporaryDirectory(prefix="horizon-index-") as tmp:
-        env = {**os.environ, **COMMITTER, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        _git(repo, env, "read-tree", base_commit)
-        _git(repo, env, "apply", "--cached", "--binary", "-", stdin=patch)
-        tree = _git(repo, env, "write-tree")
-        commit = _git(repo, env, "commit-tree", tree, "-p", base_commit, "-m", message)
-        _git(repo, env, "update-ref", f"refs/heads/{branch}", commit)
+        owner.claim(Path(tmp))
+        run_as = owner.run_as({**os.environ, **COMMITTER, "GIT_INDEX_FILE": str(Path(tmp) / "index")})
+        _git(repo, run_as, "read-tree", base_commit)
+        _git(repo, run_as, "apply", "--cached", "--binary", "-", stdin=patch)
+        tree = _git(repo, run_as, "write-tree")
+        commit = _git(repo, run_as, "commit-tree", tree, "-p", base_commit, "-m", message)
+        _git(repo, run_as, "update-ref", f"refs/heads/{branch}", commit)
         return commit
 
 
-def _git(repo: Path, env: dict, *args: str, stdin: str | None = None) -> str:
-    proc = subprocess.run(
-        ["git", "-C", str(repo), *args], input=stdin, capture_output=True, text=True, env=env
-    )
+def _git(repo: Path, run_as: dict, *args: str, stdin: str | None = None) -> str:
+    proc = subprocess.run(["git", "-C", str(repo), *args], input=stdin, capture_output=True, text=True, **run_as)
     if proc.returncode != 0:
         raise BranchError(f"git {args[0]} failed in {repo}: {proc.stderr.strip()}")
     return proc.stdout.strip()

@@ -1,4 +1,4 @@
-"""`horizon batch JOBS.jsonl --model SPEC --out DIR [-j N] [--resume] [--branch-prefix P]`.
+"""`horizon batch JOBS.jsonl --model SPEC --out DIR [-j N] [--resume] [--branch-prefix P] [--keep-workspaces]`.
 
 Exit status: 0 when every job ran to a verdict (fixed, tests-failed or no-change) and every line
 of the jobs file was valid; 1 when some job ended in `error` or some line was rejected; 2 when
@@ -24,6 +24,8 @@ def register(subparsers) -> None:
     p.add_argument("--max-steps", type=int, help="default step limit per job")
     p.add_argument("--timeout", type=float, help="default wall-clock limit per job, seconds")
     p.add_argument("--image", help="sandbox image (default: the config's, else the base image)")
+    p.add_argument("--keep-workspaces", action="store_true",
+                   help="keep each job's checkout as the agent left it, in OUT/jobs/<id>/workspace")
     p.set_defaults(func=run)
 
 
@@ -65,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         base_dir=loaded.base_dir,
         default_timeout_s=args.timeout or config.time_limit_s,
         sandbox_factory=_sandbox_factory(args.image or config.sandbox.image, config),
+        keep_workspaces=args.keep_workspaces,
     )
     try:
         runner = BatchRunner(
@@ -85,6 +88,11 @@ def run(args: argparse.Namespace) -> int:
     return 1 if summary.by_status.get("error") or summary.invalid_lines else 0
 
 
+# The checkout belongs to a host user, not to the container's root: without this, git in an image
+# that does not trust every directory refuses to work in it ("detected dubious ownership").
+SAFE_WORKSPACE_GIT = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "/workspace"}
+
+
 def _sandbox_factory(image: str | None, config):
     """Each job's clone mounted at /workspace of its own container (LocalSandbox cannot mount)."""
     from sandbox import BASE_IMAGE, Mount, Sandbox, SandboxConfig
@@ -95,7 +103,7 @@ def _sandbox_factory(image: str | None, config):
             workdir="/workspace",
             network=config.sandbox.network,
             mounts=[Mount(source=str(workspace), target="/workspace")],
-            env={"PYTHONDONTWRITEBYTECODE": "1"},
+            env={"PYTHONDONTWRITEBYTECODE": "1", **SAFE_WORKSPACE_GIT},
             **({"memory": config.sandbox.memory} if config.sandbox.memory else {}),
             **({"cpus": config.sandbox.cpus} if config.sandbox.cpus else {}),
         )

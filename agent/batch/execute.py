@@ -17,6 +17,7 @@ from typing import Callable
 from agent.backends import EnginePool, make_backend
 from agent.batch.jobs import BatchJob
 from agent.batch.layout import JobPaths
+from agent.batch.ownership import give_back
 from agent.batch.results import JobResult, classify
 from agent.batch.workspace import JobWorkspace, WorkspaceError, prepare_workspace
 from agent.config import AgentConfig
@@ -39,6 +40,7 @@ class JobSettings:
     default_timeout_s: float | None = None
     sandbox_factory: Callable[[Path], AbstractContextManager] | None = None  # workspace -> started sandbox
     engines: EnginePool | None = None  # `embedded:` jobs share one engine; the batch run owns and closes it
+    keep_workspaces: bool = False  # leave each job's checkout in its output folder
 
 
 class JobAborted(Exception):
@@ -78,14 +80,19 @@ def run_job(job: BatchJob, settings: JobSettings, paths: JobPaths, handle: JobHa
     watchdog = threading.Timer(timeout, handle.stop, kwargs={"timeout": True}) if timeout else None
     workspace: JobWorkspace | None = None
     outcome = _Outcome()
+    container_ran = given_back = False
     try:
-        workspace = prepare_workspace(job)
+        workspace = prepare_workspace(job, keep_at=paths.workspace if settings.keep_workspaces else None)
         if watchdog:
             watchdog.start()
         with settings.sandbox_factory(workspace.path) as sandbox:
+            container_ran = True
             with handle.lock:
                 handle.sandbox = sandbox
-            _run_in_sandbox(job, settings, paths, handle, sandbox, workspace, outcome)
+            try:
+                _run_in_sandbox(job, settings, paths, handle, sandbox, workspace, outcome)
+            finally:
+                given_back = _give_back(workspace, sandbox)
     except WorkspaceError as exc:
         outcome.error = f"preparing the repository failed: {exc}"
     except Exception as exc:  # sandbox start failures, a sandbox killed by the watchdog, ...
@@ -94,6 +101,10 @@ def run_job(job: BatchJob, settings: JobSettings, paths: JobPaths, handle: JobHa
     finally:
         if watchdog:
             watchdog.cancel()
+    if container_ran and not given_back:
+        # The watchdog, a stop or a crash ended the job's sandbox first: a short-lived one does it,
+        # before the host reads the patch (its git cannot write into root-owned object folders).
+        _give_back_from_fresh_sandbox(settings, workspace, outcome)
     if handle.aborted:
         if workspace is not None:
             workspace.remove()
@@ -122,8 +133,27 @@ def run_job(job: BatchJob, settings: JobSettings, paths: JobPaths, handle: JobHa
         finish_reason=run.reason if run else None,
         finish_summary=run.summary if run else None,
         base_commit=workspace.base_commit if workspace else None,
+        workspace=str(workspace.path) if workspace is not None and workspace.keep else None,
+        warnings=outcome.warnings,
     )
     return result
+
+
+def _give_back(workspace: JobWorkspace, sandbox) -> bool:
+    """Return what the container wrote under the checkout to its owner; False if the sandbox is gone."""
+    try:
+        give_back(workspace.owner, sandbox, WORKDIR)
+        return True
+    except Exception:  # closed by the watchdog, container died, chown missing: the caller retries
+        return False
+
+
+def _give_back_from_fresh_sandbox(settings: JobSettings, workspace: JobWorkspace, outcome: "_Outcome") -> None:
+    try:
+        with settings.sandbox_factory(workspace.path) as sandbox:
+            give_back(workspace.owner, sandbox, WORKDIR)
+    except Exception as exc:
+        outcome.warnings.append(f"could not give the checkout's files back to {workspace.owner}: {exc}")
 
 
 def _read_patch(workspace: JobWorkspace, outcome: "_Outcome") -> str:
@@ -140,6 +170,7 @@ class _Outcome:
     run: RunResult | None = None
     test_exit_code: int | None = None
     error: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def _run_in_sandbox(job, settings, paths, handle, sandbox, workspace: JobWorkspace, outcome: _Outcome) -> None:
@@ -171,6 +202,9 @@ def _run_in_sandbox(job, settings, paths, handle, sandbox, workspace: JobWorkspa
     if outcome.run.reason == "error":
         outcome.error = f"agent error: {outcome.run.summary}"
         return
+    # The agent's files (and its `git commit`'s objects) go to the checkout's owner first: the
+    # host's git reads the patch as that owner. (A failure is retried, and reported, at the end.)
+    _give_back(workspace, sandbox)
     outcome.patch = _read_patch(workspace, outcome)
     if job.test:
         test = sandbox.exec(job.test, timeout=job.limits.test_timeout_s)

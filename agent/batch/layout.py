@@ -7,6 +7,7 @@
     OUT/jobs/<id>/trajectory.jsonl  every agent event, flushed as it happens
     OUT/jobs/<id>/test.log       output of the job's test command, when it has one
     OUT/jobs/<id>/result.json    the same record as the job's line in results.jsonl
+    OUT/jobs/<id>/workspace/     the job's checkout as the agent left it (--keep-workspaces)
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class JobPaths:
     @property
     def result(self) -> Path:
         return self.root / "result.json"
+
+    @property
+    def workspace(self) -> Path:
+        return self.root / "workspace"
 
     def fresh(self) -> "JobPaths":
         """A job re-run after a kill starts from an empty folder, never from half-written files."""

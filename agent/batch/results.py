@@ -33,6 +33,8 @@ class JobResult(BaseModel):
     branch: str | None = None
     finish_reason: str | None = None  # why the agent stopped: submitted, step_limit, token_budget, ...
     finish_summary: str | None = None
+    workspace: str | None = None  # the kept checkout (--keep-workspaces)
+    warnings: list[str] = []  # problems that do not change the verdict (e.g. file ownership not returned)
 
 
 def classify(patch: str, test_exit_code: int | None, error: str | None) -> tuple[JobStatus, str | None]:

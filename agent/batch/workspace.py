@@ -2,7 +2,8 @@
 
 The clone lives on the host and is mounted into the job's sandbox, so the patch can be read back
 with the host's git even when the sandbox had to be killed (a timed-out job still reports what it
-changed).
+changed). It belongs to the repository's owner (see agent/batch/ownership.py) and every git
+command on it runs as them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.batch.jobs import BatchJob
+from agent.batch.ownership import Owner
 
 
 class WorkspaceError(RuntimeError):
@@ -22,56 +24,73 @@ class WorkspaceError(RuntimeError):
 
 @dataclass
 class JobWorkspace:
-    path: Path
+    root: Path  # what remove() deletes: the clone's temporary folder
+    path: Path  # the checkout itself, mounted at the sandbox's workdir
     base_commit: str
+    owner: Owner
+    keep: bool = False  # --keep-workspaces: the checkout stays for the user to inspect
 
     def diff(self) -> str:
         """Everything the job changed against the base commit, new files and binaries included."""
-        _git(self.path, "add", "-A")
-        return _git(self.path, "diff", "--cached", "--binary", self.base_commit, strip=False)
+        _git(self.path, self.owner, "add", "-A")
+        return _git(self.path, self.owner, "diff", "--cached", "--binary", self.base_commit, strip=False)
 
     def remove(self) -> None:
-        shutil.rmtree(self.path.parent, ignore_errors=True)
+        if not self.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
-def prepare_workspace(job: BatchJob, scratch: Path | None = None) -> JobWorkspace:
-    root = Path(tempfile.mkdtemp(prefix=f"horizon-{job.id}-", dir=scratch))
-    dest = root / "repo"
+def prepare_workspace(job: BatchJob, scratch: Path | None = None, keep_at: Path | None = None) -> JobWorkspace:
+    """Clone into a fresh temporary folder (under `scratch`), or into `keep_at`, which must not exist."""
+    owner = Owner.for_repo(job.repo) if job.is_local else Owner.me()
+    if keep_at is not None:
+        root = dest = keep_at
+        dest.mkdir(parents=True)
+    else:
+        root = Path(tempfile.mkdtemp(prefix=f"horizon-{job.id}-", dir=scratch))
+        dest = root / "repo"
+        dest.mkdir()
+    owner.claim(root)
+    owner.claim(dest)
     try:
-        _git(None, "clone", "--quiet", "--no-hardlinks", job.repo, str(dest))
-        base = _resolve_ref(dest, job.base_ref)
-        _git(dest, "checkout", "--quiet", "--detach", base)
+        _git(None, owner, "clone", "--quiet", "--no-hardlinks", job.repo, str(dest))
+        base = _resolve_ref(dest, owner, job.base_ref)
+        _git(dest, owner, "checkout", "--quiet", "--detach", base)
         # The agent may run `git commit`; give the clone an identity so that cannot fail.
-        _git(dest, "config", "user.email", "horizon-batch@localhost")
-        _git(dest, "config", "user.name", "horizon-batch")
+        _git(dest, owner, "config", "user.email", "horizon-batch@localhost")
+        _git(dest, owner, "config", "user.name", "horizon-batch")
         # Bytecode caches written by the agent's or the test's Python runs are not part of a fix.
-        with (dest / ".git" / "info" / "exclude").open("a", encoding="utf-8") as f:
+        exclude = dest / ".git" / "info" / "exclude"
+        exclude.parent.mkdir(exist_ok=True)
+        with exclude.open("a", encoding="utf-8") as f:
             f.write("\n__pycache__/\n*.py[co]\n")
+        owner.claim(exclude.parent)
+        owner.claim(exclude)
     except WorkspaceError:
         shutil.rmtree(root, ignore_errors=True)
         raise
-    return JobWorkspace(path=dest, base_commit=base)
+    return JobWorkspace(root=root, path=dest, base_commit=base, owner=owner, keep=keep_at is not None)
 
 
-def _resolve_ref(repo: Path, ref: str) -> str:
+def _resolve_ref(repo: Path, owner: Owner, ref: str) -> str:
     for candidate in (ref, f"origin/{ref}"):
         try:
-            return _git(repo, "rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}")
+            return _git(repo, owner, "rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}")
         except WorkspaceError:
             continue
     # A clone fetches branches and tags only: a pull-request head (refs/pull/N/head) or a commit
     # reachable only from such a ref has to be asked for by name.
     try:
-        _git(repo, "fetch", "--quiet", "origin", ref)
-        return _git(repo, "rev-parse", "--verify", "--quiet", "FETCH_HEAD^{commit}")
+        _git(repo, owner, "fetch", "--quiet", "origin", ref)
+        return _git(repo, owner, "rev-parse", "--verify", "--quiet", "FETCH_HEAD^{commit}")
     except WorkspaceError:
         pass
     raise WorkspaceError(f"base_ref {ref!r} does not name a commit in the repository")
 
 
-def _git(repo: Path | None, *args: str, strip: bool = True) -> str:
+def _git(repo: Path | None, owner: Owner, *args: str, strip: bool = True) -> str:
     cmd = ["git", *(["-C", str(repo)] if repo else []), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, **owner.run_as())
     if proc.returncode != 0:
         raise WorkspaceError(f"git {args[0]} failed: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc.stdout.strip() if strip else proc.stdout
