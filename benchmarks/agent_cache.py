@@ -154,6 +154,8 @@ def replay(sessions: list[dict], policy: str, device_tokens: int, host_tokens: i
         "host_capacity_tokens": cache.host.allocator.num_pages * page_size,
         "late_turn_ttft_mean_s": round(sum(late_ttft) / max(1, len(late_ttft)), 4),
         "late_turn_ttft_p90_s": round(late_ttft[int(0.9 * (len(late_ttft) - 1))], 4) if late_ttft else 0.0,
+        "host_pages_spilled": cache.host.pages_spilled,
+        "host_pages_restored": cache.host.pages_restored,  # tails and partly matched pages included
         "preemptions": sched.num_preemptions,
         "peak_live_tokens": peak_live,
         "virtual_time_s": round(now[0], 1),

@@ -124,3 +124,15 @@ def test_partial_pages_under_a_full_host_tier_leak_nothing(engine_checkpoint):
     eng.clear_cache()
     s = eng.stats()
     assert s["free_pages"] == s["total_pages"] and s["host_free_pages"] == s["host_pages"]
+
+
+def test_mid_page_hit_on_a_spilled_page_copies_it_from_the_host(engine_checkpoint, hf_greedy):
+    eng = engine(engine_checkpoint, kv_budget_tokens=6 * PS, host_budget_tokens=32 * PS, session_ttl_s=0.0)
+    base = make_prompt(60, 70)
+    eng.generate([greedy(base, 2)])
+    for i in range(2):
+        eng.generate([greedy(make_prompt(61 + i, 70), 2)])
+    fork = base[:40] + make_prompt(64, 12)  # 2 whole pages + 8 tokens of the third, all on the host
+    (res,) = eng.generate([greedy(fork, 5)])
+    assert (res.usage.cached_tokens_host, res.usage.cached_tokens_device) == (40, 0)
+    assert res.token_ids == hf_greedy(tuple(fork), 5)
