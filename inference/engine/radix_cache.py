@@ -12,10 +12,10 @@ ancestors of every session path: they only become leaves once all sessions below
 Device eviction spills to the host tier when it has (or can make) room, else drops the node.
 
 Hits at any token offset: whole pages are shared in place; a finished sequence's partly filled
-last page stays as its node's *tail*, and a request that continues those tokens gets a private
-copy of it, so only the tokens after the common prefix are recomputed. Tails spill to the host
-tier like whole pages (an agent's previous turn usually ends mid-page) and are copied straight
-from there into the request's private page.
+last page stays as its node's *tail*. A request whose match ends inside a page (a tail, or the
+first page of a child) gets a private copy of that page, so only the tokens after the common
+prefix are recomputed. Tails spill to the host tier like whole pages (an agent's previous turn
+usually ends mid-page) and are copied from there straight into the request's private page.
 
 NOTE invariants (checked by the tests after every operation):
 - device: allocator.num_free + device_cached_pages + pages held privately by sequences

@@ -50,6 +50,11 @@ def check_invariants(cache, alloc, held=0):
         if node.on_device:
             assert node.parent is cache.root or node.parent.on_device, "device node below a host node"
         assert len(node.key) == node.num_pages * PS
+    for node in [cache.root, *cache._nodes]:
+        if node.tail is not None:
+            assert node.tail.on_host or node.on_device, "device tail on a host node"
+            assert 0 < len(node.tail.tokens) < PS
+            assert not any(k[:len(node.tail.tokens)] == node.tail.tokens for k in node.children), "covered tail"
 
 
 def seq(base, n):
