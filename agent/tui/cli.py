@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 import threading
+from contextlib import ExitStack
 from pathlib import Path
 
 from agent.tui.approval import MODES
@@ -82,12 +83,21 @@ def run(args: argparse.Namespace) -> int:
 def _run_app(args, repo, store, config, backend, model, resumed, apps: list) -> int:
     from agent.backends import make_backend
     from agent.cli.signals import on_termination
-    from agent.tools import ToolSet, builtin_tools
+    from agent.mcp_tools import MCPError
+    from agent.tools.registry import PluginError, build_toolset
     from agent.tui.app import ChatApp
 
     resuming = resumed is not None
-    with on_termination(), open_workspace_sandbox(repo, args.read_only, config) as sandbox:
-        tools = ToolSet(builtin_tools(sandbox, config.tools))
+    with on_termination(), open_workspace_sandbox(repo, args.read_only, config) as sandbox, ExitStack() as stack:
+        # The same tools as `horizon run`: built-ins minus disabled_tools, enabled plugins, MCP servers.
+        try:
+            tools, connections = build_toolset(config, sandbox)
+        except (PluginError, MCPError) as exc:
+            print(f"horizon chat: {exc}", file=sys.stderr)
+            return 2
+        stack.callback(tools.close)
+        for conn in connections:
+            stack.callback(conn.close)
         app = ChatApp(
             config=config,
             backend=backend,

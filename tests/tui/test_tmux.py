@@ -136,3 +136,31 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_chat_offers_the_configured_plugins_and_respects_disabled_tools(tmp_path, docker_client, chat_repo):
+    """`horizon chat` builds its tools like `horizon run`: enabled plugins in, disabled built-ins out."""
+    spec = write_replay(tmp_path / "idle.jsonl", [{"content": "unused"}])
+    config = tmp_path / "horizon.toml"
+    config.write_text('plugins = ["line_count"]\ndisabled_tools = ["search"]\n')
+    horizon = Path(sys.executable).with_name("horizon")
+    env = {"HORIZON_HOME": str(tmp_path / "home"), "HORIZON_RUN_ID": os.environ["HORIZON_RUN_ID"], "TERM": "xterm-256color"}
+    exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    command = (f"env {exports} {horizon} chat {shlex.quote(str(chat_repo))} --model {spec} "
+               f"--config {shlex.quote(str(config))}; echo EXITED=$?; sleep 30")
+    tmux = Tmux(f"horizon-test-{uuid.uuid4().hex[:8]}", "chat")
+    tmux.run("new-session", "-d", "-s", "chat", "-x", "120", "-y", "40", command)
+    try:
+        tmux.wait_for("Ask Horizon", timeout=60)
+        tmux.keys("-l", "/tools")
+        tmux.keys("Enter")
+        screen = tmux.wait_for("line_count")
+        listed = {line.split()[0] for line in screen.splitlines() if line.startswith(" ") and line.strip()}
+        assert {"bash", "str_replace", "line_count"} <= listed and "search" not in listed
+        tmux.keys("C-c")
+        time.sleep(0.3)
+        tmux.keys("C-c")
+        tmux.wait_for("EXITED=0", timeout=30)
+    finally:
+        subprocess.run([*tmux.base, "kill-server"], capture_output=True)
