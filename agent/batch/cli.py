@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         config=config,
         base_dir=loaded.base_dir,
         default_timeout_s=args.timeout or config.time_limit_s,
-        sandbox_factory=_sandbox_factory(args.image or config.sandbox.image, config),
+        sandbox_factory=docker_sandbox_factory(args.image or config.sandbox.image, config),
         keep_workspaces=args.keep_workspaces,
     )
     try:
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
 SAFE_WORKSPACE_GIT = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "/workspace"}
 
 
-def _sandbox_factory(image: str | None, config):
+def docker_sandbox_factory(image: str | None, config):
     """Each job's clone mounted at /workspace of its own container (LocalSandbox cannot mount)."""
     from sandbox import BASE_IMAGE, Mount, Sandbox, SandboxConfig
 

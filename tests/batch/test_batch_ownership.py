@@ -7,15 +7,23 @@ would lock out the same way."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from agent.batch.cli import docker_sandbox_factory
+from agent.batch.execute import JobSettings
+from agent.batch.jobs import BatchJob
+from agent.batch.runner import BatchRunner
 from agent.cli.main import main
+from agent.config import AgentConfig
 from .helpers import BUGGY_CALC, CALC_TEST, call, git, make_repo, step, write_replay
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -99,3 +107,31 @@ def test_the_checkout_and_the_repository_stay_the_owners(open_tmp, docker_client
     assert results["fix"]["branch"] == "fix/fix"
     assert git(repo, "-c", "safe.directory=*", "show", "fix/fix:docs/notes/FIX.md") == "add() subtracted"
     assert foreign_paths(repo) == []
+
+
+def test_a_stopped_batch_also_gives_the_checkout_back(open_tmp, docker_client):
+    """Ctrl-C / SIGTERM: the running job's sandbox is killed mid-command and the job is not
+    recorded; the checkout it leaves (kept here, so it can be inspected) is still the owner's."""
+    repo = owned_repo(open_tmp / "repo")
+    replay = write_replay(open_tmp / "slow.jsonl", [*AGENT_WORK, step(call("bash", command="sleep 600", timeout=900))])
+    job = BatchJob(id="stopped", repo=str(repo), task="fix add", model=replay)
+    settings = JobSettings(model=None, config=AgentConfig(), base_dir=open_tmp, keep_workspaces=True,
+                           sandbox_factory=docker_sandbox_factory(None, AgentConfig()))
+    out = open_tmp / "out"
+    runner = BatchRunner([job], [], settings, out, stream=io.StringIO())
+    trajectory = out / "jobs" / "stopped" / "trajectory.jsonl"
+    batch = threading.Thread(target=runner.run)
+    batch.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not (trajectory.exists() and "sleep 600" in trajectory.read_text()):
+            assert time.monotonic() < deadline, "the job never started its long command"
+            time.sleep(0.2)
+    finally:
+        runner.stop()
+        batch.join(120)
+    assert not batch.is_alive()
+    assert not (out / "results.jsonl").exists()  # not recorded: --resume reruns it
+    checkout = out / "jobs" / "stopped" / "workspace"
+    assert (checkout / "build" / "out" / "run.log").is_file()
+    assert foreign_paths(checkout) == []
