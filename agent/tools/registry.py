@@ -56,10 +56,12 @@ def load_plugin(name: str, ctx: ToolContext) -> list[Tool]:
     return list(tools)
 
 
-def build_toolset(config: AgentConfig, sandbox: Any, *, start_mcp: bool = True) -> tuple[ToolSet, list[Any]]:
+def build_toolset(config: AgentConfig, sandbox: Any, *, start_mcp: bool = True,
+                  workdir: str | None = None) -> tuple[ToolSet, list[Any]]:
     """Built-ins minus `disabled_tools`, plus enabled plugins, plus MCP server tools.
+    `workdir` overrides config.sandbox.workdir (eval tasks bring their own, e.g. /app).
     Returns the tool set and the MCP connections to close after the run."""
-    workdir = config.sandbox.workdir
+    workdir = workdir or config.sandbox.workdir
     ctx = ToolContext(sandbox=sandbox, limits=config.tools, workdir=workdir)
     toolset = ToolSet(t for t in make_builtin_tools(sandbox, config.tools, workdir) if t.name not in config.disabled_tools)
     for name in config.plugins:

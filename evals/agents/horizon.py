@@ -17,7 +17,8 @@ from agent.config import AgentConfig
 from agent.events import RunStart
 from agent.instructions import build_system_prompt, load_project_instructions_from_sandbox
 from agent.loop import Agent
-from agent.tools import ToolContext, ToolSet, builtin_tools
+from agent.tools import ToolContext
+from agent.tools.registry import build_toolset
 from agent.trajectory import TrajectoryWriter
 from evals.agents.base import AgentContext, AgentOutcome
 from evals.agents.terminal_tool import TerminalTool
@@ -45,7 +46,11 @@ class HorizonAgent:
     def run(self, ctx: AgentContext) -> AgentOutcome:
         config = self._config(ctx)
         backend = make_backend(self.model, config, self.engines)
-        tools = ToolSet(builtin_tools(ctx.sandbox, config.tools, ctx.workdir))
+        try:  # the same tools as `horizon run`: plugins and MCP servers of the [agent] config too
+            tools, connections = build_toolset(config, ctx.sandbox, workdir=ctx.workdir)
+        except BaseException:
+            backend.close()
+            raise
         if ctx.terminal is not None:
             tools.add(TerminalTool(ToolContext(ctx.sandbox, config.tools, ctx.workdir), ctx.terminal))
         path = ctx.log_dir / "trajectory.jsonl"
@@ -66,6 +71,8 @@ class HorizonAgent:
             stop.set()
             writer.close()
             tools.close()
+            for conn in connections:
+                conn.close()
             backend.close()
         usage = result.usage
         tokens = TokenUsage(input=usage.prompt_tokens, output=usage.completion_tokens, cached=usage.cached_tokens)

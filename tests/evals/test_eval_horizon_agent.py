@@ -73,3 +73,32 @@ def test_horizon_fixes_a_swe_instance_from_the_cli(eval_docker, tmp_path):
     [prediction] = [json.loads(l) for l in (out / "predictions.jsonl").read_text().splitlines()]
     assert prediction["model_name_or_path"] == "horizon" and "move_to_end(key)" in prediction["model_patch"]
     assert "__pycache__" not in prediction["model_patch"]
+
+
+def test_horizon_in_evals_gets_the_agent_configs_plugins_in_the_tasks_workdir(eval_docker, tmp_path):
+    """The [agent] table of the eval config enables plugins and disables built-ins as for `horizon run`;
+    a plugin's relative paths resolve in the task's own working directory."""
+    config = tmp_path / "eval.toml"
+    config.write_text('[agent]\nplugins = ["line_count"]\ndisabled_tools = ["search"]\n')
+    replay = _replay(tmp_path / "plugin.jsonl", [
+        ("Measure the module.", [_call("line_count", path="lru.py")]),
+        ("Search is off here.", [_call("search", pattern="get")]),
+        ("Make get() refresh recency.", [_call(
+            "str_replace", path="lru.py", old_str="        return self._items.get(key, default)\n",
+            new_str="        if key not in self._items:\n            return default\n"
+                    "        self._items.move_to_end(key)\n        return self._items[key]\n")]),
+        ("Done.", [_call("finish", summary="get() now marks the key as most recently used")]),
+    ])
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent.cli.main", "eval", str(TASKS / "swe" / "instances.jsonl"), "--agent", "horizon",
+         "--model", f"replay:{replay}", "--filter", "*lru-1", "--out", str(out), "--quiet", "--config", str(config)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    [r] = ResultsLog(out / "results.jsonl").load()
+    assert r.status == "resolved", (r.error, r.details)
+    events = [json.loads(l) for l in Path(r.trajectory).read_text().splitlines()]
+    outputs = [e["output"] for e in events if e["type"] == "tool_output"]
+    assert outputs[0].endswith("chars") and " lines, " in outputs[0]
+    assert "unknown tool 'search'" in outputs[1]
