@@ -19,7 +19,7 @@ from sandbox.docker_client import connect
 from sandbox.exec_tar import ExecTar
 from sandbox.errors import ContainerDied, ImageNotFound, SandboxClosed, SandboxError, SandboxTimeout
 from sandbox.result import ExecResult
-from sandbox.shell import SHELL_ARGV, PersistentShell, ShellDied
+from sandbox.shell import SHELL_ARGV, PersistentShell, RawResult, ShellDied
 from sandbox.shell_protocol import SPOOL_DIR
 
 # The few capabilities a root shell needs to manage files and its own processes.
@@ -139,20 +139,25 @@ class Sandbox:
 
     # -- commands ------------------------------------------------------------------------------
     def exec(self, command: str, timeout: float | None = None, stdin: str | bytes | None = None,
-             output_limit: int | None = None) -> ExecResult:
-        """Run `command` in the persistent shell (cwd, exports and functions carry over)."""
+             output_limit: int | None = None, cancel: threading.Event | None = None) -> ExecResult:
+        """Run `command` in the persistent shell (cwd, exports and functions carry over).
+
+        `cancel` stops it like interrupt() does, whenever it is set: before the command starts (it
+        is then not run at all) or while it runs; either way the result is interrupted, exit 130."""
         timeout = self.config.command_timeout if timeout is None else timeout
         limit = output_limit or self.config.output_limit
         with self._lock:
             self._check_open()
             start = time.monotonic()
+            if cancel is not None and cancel.is_set():  # set while waiting for the lock, or before
+                return RawResult.not_started().to_exec_result(timeout, start)
             stdin_path = "/dev/null"
             if stdin is not None:
                 stdin_path = f"{SPOOL_DIR}/in-{secrets.token_hex(8)}"
                 self.write_file(stdin_path, stdin)
             try:
                 raw = self._shell.run(command, timeout=timeout, stdin_path=stdin_path,
-                                      head=limit // 2, tail=limit - limit // 2)
+                                      head=limit // 2, tail=limit - limit // 2, cancel=cancel)
             except (ShellDied, StreamClosed) as exc:
                 return self._after_shell_death(exc, start, limit)
             return raw.to_exec_result(timeout, start, oom_note=(
@@ -205,7 +210,9 @@ class Sandbox:
     def interrupt(self) -> bool:
         """Stop the command exec() is running in another thread, as Ctrl-C would: its processes are
         killed and exec() returns with interrupted=True (exit code 130); the shell keeps its state.
-        Returns False when no command was running."""
+        Returns False when no command was running. A caller that may interrupt before exec() has
+        begun (another thread starting it) passes `exec(cancel=event)` and sets the event instead:
+        that stop is not lost however early it comes."""
         if self._closed or self._shell is None:
             return False
         try:

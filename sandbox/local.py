@@ -27,7 +27,7 @@ from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxClosed, SandboxError, SandboxTimeout
 from sandbox.local_process import LocalProcess
 from sandbox.result import ExecResult
-from sandbox.shell import SHELL_ARGV, PersistentShell, ShellDied
+from sandbox.shell import SHELL_ARGV, PersistentShell, RawResult, ShellDied
 
 
 class LocalSandbox:
@@ -75,19 +75,22 @@ class LocalSandbox:
         return self._closed
 
     def exec(self, command: str, timeout: float | None = None, stdin: str | bytes | None = None,
-             output_limit: int | None = None) -> ExecResult:
+             output_limit: int | None = None, cancel: threading.Event | None = None) -> ExecResult:
+        """Run `command` in the persistent shell; `cancel` works as in Sandbox.exec."""
         timeout = self.config.command_timeout if timeout is None else timeout
         limit = output_limit or self.config.output_limit
         with self._lock:
             self._check_open()
             start = time.monotonic()
+            if cancel is not None and cancel.is_set():  # set while waiting for the lock, or before
+                return RawResult.not_started().to_exec_result(timeout, start)
             stdin_path = "/dev/null"
             if stdin is not None:
                 stdin_path = str(self.root / "spool" / f"in-{secrets.token_hex(8)}")
                 Path(stdin_path).write_bytes(stdin.encode() if isinstance(stdin, str) else bytes(stdin))
             try:
                 raw = self._shell.run(command, timeout=timeout, stdin_path=stdin_path,
-                                      head=limit // 2, tail=limit - limit // 2)
+                                      head=limit // 2, tail=limit - limit // 2, cancel=cancel)
             except ShellDied as exc:
                 self._shell.restart()
                 spool = Path(self._shell.last_spool)
@@ -108,7 +111,9 @@ class LocalSandbox:
     def interrupt(self) -> bool:
         """Stop the command exec() is running in another thread, as Ctrl-C would: its processes are
         killed and exec() returns with interrupted=True (exit code 130); the shell keeps its state.
-        Returns False when no command was running."""
+        Returns False when no command was running. A caller that may interrupt before exec() has
+        begun (another thread starting it) passes `exec(cancel=event)` and sets the event instead:
+        that stop is not lost however early it comes."""
         if self._closed or self._shell is None:
             return False
         try:

@@ -3,6 +3,11 @@
 A command costs one write and one read on an already-open socket, instead of the several API
 round trips and the process start-up of a `docker exec`. The framing and the bash side are in
 shell_protocol.py.
+
+Stopping a command is level-triggered: `run(cancel=event)` and `interrupt()` only raise a flag, and
+the thread collecting the command's output reaps its processes once the shell has announced the
+command's start, again and again until the command is over. So an interrupt that lands before the
+command line is written, or before the command's processes exist, still stops it.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from sandbox.shell_protocol import (
 SHELL_ARGV = ["bash", "--noprofile", "--norc"]
 _ABORT_ROUNDS = 3  # USR1 + kill rounds before the shell is declared stuck and replaced
 _ABORT_WAIT = 2.0  # seconds to wait for the shell to come back after each round
+_STOP_POLL = 0.05  # how often a running command looks at its stop flag and cancel event
+_REAP_AGAIN = 0.5  # an interrupted command still running this long after a reap is reaped again
 
 
 class ShellDied(Exception):
@@ -51,6 +58,12 @@ class RawResult:
     timed_out: bool
     note: str = ""  # what happened to the shell, if anything noteworthy
     interrupted: bool = False
+    started: bool = True  # False: cancelled before the shell was given the command
+
+    @classmethod
+    def not_started(cls) -> RawResult:
+        """The result of a command whose cancel event was set before it could start."""
+        return cls(130, b"", b"", 0, 0, False, interrupted=True, started=False)
 
     def to_exec_result(self, timeout: float, started: float, oom_note: str = "") -> ExecResult:
         """The caller's view: decoded head+tail plus one bracketed line per thing that went wrong."""
@@ -60,7 +73,8 @@ class RawResult:
         if self.timed_out:
             output += f"\n[timed out after {timeout:g}s: the command's processes were killed]\n"
         if self.interrupted:
-            output += "\n[interrupted: the command's processes were killed]\n"
+            output += ("\n[interrupted: the command's processes were killed]\n" if self.started
+                       else "[interrupted before it started: the command was not run]\n")
         if self.note:
             output += f"\n[{self.note}]\n"
         return ExecResult(self.exit_code, output, self.timed_out, truncated, time.monotonic() - started,
@@ -80,9 +94,10 @@ class PersistentShell:
         self.reaper: AttachedProcess | None = None
         self.pid = self.uid = self.gid = 0
         self.last_spool = ""
-        self._running: str | None = None  # token of the command in flight
-        self._interrupted: str | None = None  # token that interrupt() stopped
-        self._reaper_lock = threading.Lock()  # interrupt() comes from other threads
+        # The command in flight: its token and its stop flag, swapped as one tuple (interrupt()
+        # reads it from another thread).
+        self._in_flight: tuple[str, threading.Event] | None = None
+        self._reaper_lock = threading.Lock()  # one reap at a time on the reaper shell
         self.start()
 
     def start(self) -> None:
@@ -117,30 +132,41 @@ class PersistentShell:
             except StreamClosed:
                 raise ShellDied(proc.exit_code(), proc.stderr_tail.decode(errors="replace")) from None
 
-    def run(self, command: str, *, timeout: float, stdin_path: str, head: int, tail: int) -> RawResult:
+    def run(self, command: str, *, timeout: float, stdin_path: str, head: int, tail: int,
+            cancel: threading.Event | None = None) -> RawResult:
+        """Run `command`; once `cancel` is set (before or while it runs) it is stopped as by interrupt()."""
         token = secrets.token_hex(8)
-        self._running = token
+        stop = threading.Event()
+        self._in_flight = (token, stop)
         try:
-            result = self._run(token, command, timeout, stdin_path, head, tail)
+            if cancel is not None and cancel.is_set():
+                return RawResult.not_started()
+
+            def stop_requested() -> bool:
+                return stop.is_set() or (cancel is not None and cancel.is_set())
+
+            return self._run(token, command, timeout, stdin_path, head, tail, stop_requested)
         finally:
-            self._running = None
-        if self._interrupted == token and not result.timed_out:
-            result.interrupted, result.exit_code = True, 130
-        return result
+            self._in_flight = None
 
     def interrupt(self) -> bool:
-        """Stop the command in flight (from another thread), as Ctrl-C would; False if none ran."""
-        token = self._running
-        if token is None:
+        """Stop the command in flight (from another thread), as Ctrl-C would; False if none ran.
+
+        Only raises the command's stop flag: the thread in run() reaps the command's processes as
+        soon as the shell has started it, so an interrupt racing the command's start is not lost."""
+        in_flight = self._in_flight
+        if in_flight is None:
             return False
-        self._interrupted = token
-        self._reap(token)
+        in_flight[1].set()
         return True
 
-    def _run(self, token: str, command: str, timeout: float, stdin_path: str, head: int, tail: int) -> RawResult:
+    def _run(self, token: str, command: str, timeout: float, stdin_path: str, head: int, tail: int,
+             stop_requested: Callable[[], bool]) -> RawResult:
         self.last_spool = f"{self._spool_dir}/out-{token}"  # read back if the shell dies mid-command
         shell = self.shell
         shell.stdout.clear()
+        if stop_requested():  # stopped while exec() got ready (stdin written, lock taken)
+            return RawResult.not_started()
         encoded = command.encode("utf-8", "surrogateescape")
         if len(encoded) > INLINE_COMMAND_LIMIT:
             self._put_file(command_file(token, self._spool_dir), encoded)
@@ -148,7 +174,7 @@ class PersistentShell:
         else:
             shell.send(command_line(token, command, stdin_path, head, tail, self._spool_dir))
         deadline = time.monotonic() + timeout
-        result = self._collect(token, deadline, head + tail)
+        result = self._collect(token, deadline, head + tail, stop_requested)
         if result is not None:
             return result
         # Timed out: stop everything the command started, then take the shell back.
@@ -163,15 +189,31 @@ class PersistentShell:
         return RawResult(124, b"", b"", 0, 0, True, note="the shell did not stop after the timeout and was replaced: "
                          "working directory, variables and functions were reset")
 
-    def _collect(self, token: str, deadline: float, limit: int) -> RawResult | None:
+    def _collect(self, token: str, deadline: float, limit: int,
+                 stop_requested: Callable[[], bool] | None = None) -> RawResult | None:
+        """The command's result, or None at `deadline`. While `stop_requested()` holds, the command
+        is reaped once it has started, and again every _REAP_AGAIN seconds until it is over."""
         shell = self.shell
         header_marker = f"\x1eHZ:{token}:".encode()
         end_marker = f"\x1eHZEND:{token}\n".encode()
+        start_marker = f"\x1eHZSTART:{token}\n".encode()
+        started = False
+        reaped_at: float | None = None  # when an interrupt last reaped this command
         scanned = 0
         while True:
             end = shell.stdout.find(end_marker, max(0, scanned - len(end_marker)))
             if end >= 0:
-                return self._parse(shell.stdout[:end], header_marker, limit)
+                result = self._parse(shell.stdout[:end], header_marker, limit)
+                if reaped_at is not None:
+                    result.interrupted, result.exit_code = True, 130
+                return result
+            started = started or start_marker in shell.stdout
+            if started and stop_requested is not None and stop_requested():
+                now = time.monotonic()
+                if reaped_at is None or now - reaped_at >= _REAP_AGAIN:
+                    self._reap(token)
+                    reaped_at = now
+                    continue  # the end marker may be in already
             scanned = len(shell.stdout)
             # Nothing but our own head+tail should arrive; never let a misbehaving writer grow memory.
             cap = limit + 65536
@@ -180,8 +222,10 @@ class PersistentShell:
                 scanned = len(shell.stdout)
             if time.monotonic() >= deadline:
                 return None
+            # Short waits while someone may still stop the command, so a stop is acted on promptly.
+            wait_until = deadline if stop_requested is None else min(deadline, time.monotonic() + _STOP_POLL)
             try:
-                shell.pump(deadline)
+                shell.pump(wait_until)
             except StreamClosed:
                 raise ShellDied(shell.exit_code(), shell.stderr_tail.decode(errors="replace")) from None
 

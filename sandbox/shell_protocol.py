@@ -10,6 +10,9 @@ Spooling inside the container keeps host memory flat however much a command prin
 background jobs keep writing after the command returns. The token is random per command and
 never stored in a shell variable, so no output can forge the end marker.
 
+Before evaluating a command the shell prints \x1eHZSTART:<token>\n: an interrupt is only reaped
+after that line, so the reaper never works from the previous command's start time.
+
 Every process a command starts inherits __HZ_CMD=<token>; a second long-lived bash (the reaper)
 kills exactly those on timeout, using only builtins so it works even when a fork bomb has used
 up the pids limit. SIGUSR1 makes the shell return from the command's evaluation, which also
@@ -48,6 +51,9 @@ __hz_run() {
   export __HZ_CMD=$__hz_tok
   __hz_mark_start
   __hz_oom_kills; __hz_oom0=$__hz_oomn
+  # From here on the reaper sees this command's start, and USR1's `return` leaves __hz_run (in a
+  # function called from here it would only leave that function).
+  builtin printf '\036HZSTART:%s\n' "$__hz_tok"
   eval "$__hz_cmd" > "$__hz_spool" 2>&1 < "$__hz_in"
 }
 __hz_done() {

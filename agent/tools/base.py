@@ -15,6 +15,10 @@
 The JSON schema the model sees comes from `Args`, the description from the docstring. Arguments are
 validated before `run` is called; a validation error goes back to the model as the tool's result.
 `function_tool` turns a plain function `fn(args: SomeArgs, ctx: ToolContext) -> str` into a Tool.
+
+A tool that can stop early when the user interrupts overrides `run_cancellable(args, cancel)`
+instead of `run`: the ToolSet hands it an event that is set on interrupt (bash passes it to
+`Sandbox.exec`). Tools that only implement `run` keep working unchanged.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import posixpath
 import threading
 import time
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, get_type_hints
 
 from pydantic import BaseModel
@@ -130,9 +135,17 @@ class Tool:
     def run(self, args: Any) -> ToolResult | str:
         raise NotImplementedError
 
+    def run_cancellable(self, args: Any, cancel: threading.Event) -> ToolResult | str:
+        """`run` for one call the user may interrupt: `cancel` is set when they do, possibly before
+        this is even entered, and is never cleared. The ToolSet calls this; the default ignores the
+        event and calls `run`. A tool that can stop early overrides it and looks at the event (a
+        level, unlike `cancel()`, so an interrupt racing the start of the work is not lost)."""
+        return self.run(args)
+
     def cancel(self) -> None:
-        """Stop this tool's `run` in flight; called from another thread when the user interrupts.
-        Tools that cannot be stopped leave it alone: the agent stops waiting for them anyway."""
+        """Stop this tool's `run` in flight; called from another thread when the user interrupts,
+        after the call's `cancel` event was set. Tools that cannot be stopped leave it alone: the
+        agent stops waiting for them anyway."""
 
     def close(self) -> None:
         """Release resources (MCP sessions); most tools hold none."""
@@ -188,8 +201,11 @@ def format_validation_error(tool: str, exc: Exception) -> str:
     return f"invalid arguments for {tool}:\n" + "\n".join(lines)
 
 
-def run_with_deadline(fn: Callable[[], Any], timeout: float | None, cancel: threading.Event | None) -> Any:
-    """Run `fn` in a worker thread; raise TimeoutError past `timeout` or InterruptedError on `cancel`.
+def run_with_deadline(
+    fn: Callable[[], Any], timeout: float | None, cancel: threading.Event | Iterable[threading.Event] | None
+) -> Any:
+    """Run `fn` in a worker thread; raise TimeoutError past `timeout` or InterruptedError once `cancel`
+    (an event, or any of several) is set.
 
     Python cannot kill a thread, so a tool that ignores both keeps running in the background; what
     matters is that the agent (and the user's interrupt) is not blocked behind it.
@@ -205,10 +221,11 @@ def run_with_deadline(fn: Callable[[], Any], timeout: float | None, cancel: thre
         finally:
             done.set()
 
+    cancels = [] if cancel is None else [cancel] if isinstance(cancel, threading.Event) else list(cancel)
     threading.Thread(target=target, daemon=True, name="horizon-tool").start()
     deadline = None if timeout is None else time.monotonic() + timeout
     while not done.wait(0.05):
-        if cancel is not None and cancel.is_set():
+        if any(event.is_set() for event in cancels):
             raise InterruptedError("interrupted by the user")
         if deadline is not None and time.monotonic() >= deadline:
             raise TimeoutError(f"tool did not finish within {timeout:g}s")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import shlex
+import threading
 import uuid
 
 from pydantic import BaseModel, Field
@@ -65,9 +66,13 @@ class BashTool(Tool):
         self._run_tag = uuid.uuid4().hex[:8]  # a LocalSandbox shares the host's /tmp between runs
 
     def run(self, args: BashArgs) -> ToolResult:
+        return self.run_cancellable(args, None)
+
+    def run_cancellable(self, args: BashArgs, cancel: threading.Event | None) -> ToolResult:
+        # The sandbox acts on `cancel` whenever it is set, even before the command has started.
         limits = self.ctx.limits
         timeout = min(args.timeout or limits.bash_timeout_s, limits.max_bash_timeout_s)
-        result = self.ctx.sandbox.exec(args.command, timeout=timeout)
+        result = self.ctx.sandbox.exec(args.command, timeout=timeout, cancel=cancel)
         output = result.output
         shown, truncated = output, False
         if len(output) > limits.max_output_chars or output.count("\n") > limits.max_output_lines:

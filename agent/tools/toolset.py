@@ -3,6 +3,11 @@
 Every failure the model can cause (unknown tool, arguments that are not JSON or do not validate,
 a tool that raises or times out) becomes a `ToolResult(is_error=True)` the model reads. Sandbox
 failures that end the run (the container died, the sandbox was closed) propagate.
+
+Interrupts are level-triggered: each call gets its own stop event, handed to the tool's
+`run_cancellable`, and set by `cancel()` (or when the caller's `cancel` event is already set when
+the call starts). It is never cleared, so an interrupt that lands before the tool has started its
+work still stops it, even if the caller reuses and clears its own event for the next run.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ except ImportError:  # pragma: no cover - sandbox is part of the same distributi
 class ToolSet:
     def __init__(self, tools: Iterable[Tool] = ()):
         self._tools: dict[str, Tool] = {}
-        self._running: list[Tool] = []  # calls in flight, for cancel() from another thread
+        # Calls in flight and their stop events, for cancel() from another thread.
+        self._running: list[tuple[Tool, threading.Event]] = []
         self._lock = threading.Lock()
         for tool in tools:
             self.add(tool)
@@ -62,6 +68,9 @@ class ToolSet:
     def call(
         self, name: str, raw_args: dict[str, Any] | str | None, cancel: threading.Event | None = None
     ) -> ToolResult:
+        """Run one tool call. `cancel` is the caller's interrupt flag: when it is set the call does not
+        start, or stops waiting; to stop the tool's work in flight call `cancel()` after setting it
+        (as `Agent.interrupt` does)."""
         tool = self._tools.get(name)
         if tool is None:
             available = ", ".join(self._tools) or "(none)"
@@ -79,33 +88,43 @@ class ToolSet:
             return ToolResult(output=format_validation_error(name, exc), is_error=True)
         except ValueError as exc:  # tools with their own schema validation (MCP)
             return ToolResult(output=str(exc), is_error=True)
+        # Registered before `cancel` is looked at: an interrupt sets `cancel` and then calls
+        # cancel(), so either cancel() sees this entry or the check below sees `cancel` set.
+        entry = (tool, threading.Event())
+        stop = entry[1]
         with self._lock:
-            self._running.append(tool)
+            self._running.append(entry)
         try:
             if cancel is not None and cancel.is_set():  # interrupted before it started: do not start
                 raise InterruptedError("interrupted by the user")
             if tool.manages_timeout:
-                result = tool.run(args)
+                result = tool.run_cancellable(args, stop)
             else:
-                result = run_with_deadline(lambda: tool.run(args), tool.ctx.limits.tool_timeout_s, cancel)
+                watched = [stop] if cancel is None else [stop, cancel]
+                result = run_with_deadline(lambda: tool.run_cancellable(args, stop),
+                                           tool.ctx.limits.tool_timeout_s, watched)
         except _FATAL:
             raise
         except TimeoutError as exc:
+            stop.set()  # the abandoned worker may still look at it
             return ToolResult(output=f"{name}: {exc}", is_error=True)
         except InterruptedError:
+            stop.set()
             return ToolResult(output=f"{name}: interrupted by the user", is_error=True)
         except Exception as exc:
             return ToolResult(output=f"{name} failed: {type(exc).__name__}: {exc}", is_error=True)
         finally:
             with self._lock:
-                self._running.remove(tool)
+                self._running.remove(entry)
         return result if isinstance(result, ToolResult) else ToolResult(output=str(result))
 
     def cancel(self) -> None:
-        """Stop the tool calls in flight (from another thread): each running tool's `cancel()`."""
+        """Stop the tool calls in flight (from another thread): set each call's stop event, then call
+        its tool's `cancel()`."""
         with self._lock:
             running = list(self._running)
-        for tool in running:
+        for tool, stop in running:
+            stop.set()
             try:
                 tool.cancel()
             except Exception:  # the sandbox may be closing; the interrupt must not fail the caller
