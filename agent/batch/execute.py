@@ -24,7 +24,7 @@ from agent.config import AgentConfig
 from agent.events import RunStart
 from agent.instructions import build_system_prompt, load_project_instructions
 from agent.loop import Agent, RunResult
-from agent.tools import ToolSet, builtin_tools
+from agent.tools.registry import build_toolset
 from agent.trajectory import TrajectoryWriter
 
 WORKDIR = "/workspace"
@@ -173,6 +173,12 @@ class _Outcome:
     warnings: list[str] = field(default_factory=list)
 
 
+def _close_tools(tools, connections) -> None:
+    tools.close()
+    for conn in connections:
+        conn.close()
+
+
 def _run_in_sandbox(job, settings, paths, handle, sandbox, workspace: JobWorkspace, outcome: _Outcome) -> None:
     for command in job.setup:
         result = sandbox.exec(command, timeout=job.limits.test_timeout_s)
@@ -185,9 +191,14 @@ def _run_in_sandbox(job, settings, paths, handle, sandbox, workspace: JobWorkspa
     model = job.model or settings.model
     with TrajectoryWriter(paths.trajectory) as trajectory:
         trajectory(RunStart(task=task, model=model, settings={"job": job.model_dump(), **config.model_dump()}))
-        tools = ToolSet(builtin_tools(sandbox, config.tools))
+        # The same tools as `horizon run`: plugins, MCP servers and disabled_tools of the config.
+        tools, connections = build_toolset(config, sandbox, workdir=WORKDIR)
         system_prompt = build_system_prompt(config, load_project_instructions(workspace.path), WORKDIR)
-        backend = make_backend(model, config, settings.engines)
+        try:
+            backend = make_backend(model, config, settings.engines)
+        except BaseException:
+            _close_tools(tools, connections)
+            raise
         try:
             agent = Agent(config, backend, tools, on_event=trajectory, system_prompt=system_prompt)
             with handle.lock:
@@ -197,6 +208,7 @@ def _run_in_sandbox(job, settings, paths, handle, sandbox, workspace: JobWorkspa
             outcome.run = agent.run(task)
         finally:
             backend.close()
+            _close_tools(tools, connections)
     if handle.timed_out or handle.aborted:
         return
     if outcome.run.reason == "error":

@@ -109,12 +109,10 @@ class SlashHandler:
         if compaction is None:
             await self.app.notice("nothing to compact yet: the conversation is only the kept first and recent turns")
             return
-        agent.messages = compaction.messages
-        for error in compaction.errors:  # e.g. the model could not summarise: a fallback summary was used
-            await self.app.notice(f"compaction: {error}", kind="warning")
         compaction.event.tokens_before = before
-        compaction.event.step = agent.step
-        self.controller.record(compaction.event)
+        # As the loop's own compactions: the history, the summary request's usage (counted in the
+        # totals and the status line), and its errors and event, all recorded in the session.
+        agent.apply_compaction(compaction)
 
     async def cmd_diff(self, arg: str) -> None:
         diff = await asyncio.to_thread(workspace_diff, self.controller.sandbox)

@@ -102,6 +102,9 @@ class Engine:
         bad = next((t for t in req.params.stop_token_ids if not 0 <= t < vocab), None)
         if bad is not None:
             raise EngineError("params.stop_token_ids", f"token id {bad} outside the vocabulary [0, {vocab})")
+        bad = next((t for t in req.params.logit_bias if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise EngineError("params.logit_bias", f"token id {bad} outside the vocabulary [0, {vocab})")
         if len(req.prompt_ids) >= self.max_sequence:
             raise EngineError("prompt_ids", f"prompt of {len(req.prompt_ids)} tokens does not fit the KV budget "
                               f"({self.max_sequence} tokens per sequence); raise kv_budget_tokens")

@@ -182,7 +182,9 @@ async def test_slash_commands_and_completion(make_app):
 
 
 async def test_compact_sessions_and_resume_commands(make_app, recorded_session):
-    app = make_app([], resume_id=recorded_session)
+    # The script's one line answers the summary request that /compact makes.
+    app = make_app([{"purpose": "summary", "content": "Summary: the add function was fixed and its test passes."}],
+                   resume_id=recorded_session)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.pause(0.2)
         before = list(app.controller.agent.messages)
@@ -191,6 +193,8 @@ async def test_compact_sessions_and_resume_commands(make_app, recorded_session):
         after = app.controller.agent.messages
         assert after[:3] == before[:3] and after[-1] == before[-1]  # stable prefix and recent turn kept
         assert len(after) < len(before) and any("summary" in (m.content or "").lower() for m in after)
+        # The summary request's tokens are recorded like any model call's (status line, session).
+        assert any(getattr(r, "purpose", None) == "compaction" for r in app.controller.session.records())
         await pilot.press(*"/clear", "enter")
         await pilot.press(*"/sessions", "enter")
         await pilot.pause(0.3)

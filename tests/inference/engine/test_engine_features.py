@@ -162,6 +162,7 @@ def test_thousand_mixed_requests_leak_nothing(engine_checkpoint):
         (dict(prompt_ids=[-1]), "prompt_ids"),
         (dict(prompt_ids=[5], params=SamplingParams(max_tokens=0)), "params.max_tokens"),
         (dict(prompt_ids=[5] * 4096), "prompt_ids"),
+        (dict(prompt_ids=[5], params=SamplingParams(logit_bias={10**6: 1.0})), "params.logit_bias"),
     ],
 )
 def test_bad_requests_are_rejected_without_disturbing_others(engine_checkpoint, bad, field):

@@ -42,6 +42,7 @@ BAD_REQUESTS = [
     ({"model": "glm-tiny", "messages": USER, "presence_penalty": 3}, 400, "presence_penalty"),
     ({"model": "glm-tiny", "messages": USER, "logit_bias": {"abc": 1}}, 400, "logit_bias"),
     ({"model": "glm-tiny", "messages": USER, "logit_bias": {"5": 250}}, 400, "logit_bias"),
+    ({"model": "glm-tiny", "messages": USER, "logit_bias": {"999999": 5}}, 400, "outside the vocabulary"),
 ]
 
 
