@@ -19,6 +19,7 @@ from fastapi import FastAPI, Header, Request
 from fastapi.responses import StreamingResponse
 
 from inference.chat.parser import FormatError, StreamingParser
+from inference.server.choices import ChoiceEnd, merge_responses, merge_streams
 from inference.server.engine_bridge import submit
 from inference.server.errors import APIError, install_error_handlers
 from inference.server.output_text import OutputText
@@ -75,12 +76,25 @@ def create_app(state: ServerState) -> FastAPI:
                                x_session_id: Optional[str] = Header(default=None)):
         _check_model(state, body.model)
         session_id = body.session_id or x_session_id
+        if body.n > 1 and session_id:
+            raise APIError(400, f"n: {body.n} choices cannot extend one session's conversation; use n=1 with "
+                           "session_id", param="n")
         with state.admit():
             prepared = prepare_chat(body, state.tokenizer, state.defaults, state.sessions, session_id)
-            gen = _engine_request(state, body, prepared.prompt_ids, session_id, prepared.engine_effort,
-                                  logprobs=(body.top_logprobs or 0) if body.logprobs else None)
-            deltas = _submit(state, gen)
-            stream = _chat_events(state, body, prepared, gen, deltas, session_id, body.stream)
+            gens = [_engine_request(state, body, prepared.prompt_ids, session_id, prepared.engine_effort,
+                                    logprobs=(body.top_logprobs or 0) if body.logprobs else None, choice=i)
+                    for i in range(body.n)]
+            reply_id, created = new_id("chatcmpl"), int(time.time())
+            streams = [_chat_events(state, body, prepared, gen, _submit(state, gen), session_id, body.stream,
+                                    ChatReply(state.model_name, i, reply_id, created), standalone=body.n == 1)
+                       for i, gen in enumerate(gens)]
+            if body.n == 1:
+                stream = streams[0]
+            elif body.stream:
+                last = ChatReply(state.model_name, 0, reply_id, created)
+                stream = merge_streams(streams, lambda usage: last.usage_chunk(usage) if _wants_usage(body) else None)
+            else:
+                stream = merge_responses(streams)
             if body.stream:
                 return _sse_response(stream, state)
             return await _until_disconnected(request, stream)
@@ -95,12 +109,26 @@ def create_app(state: ServerState) -> FastAPI:
         else:
             prompt_ids = list(body.prompt)
             text = None
+        session_id = body.session_id or x_session_id
+        if body.n > 1 and session_id:
+            raise APIError(400, f"n: {body.n} choices cannot share one session; use n=1 with session_id", param="n")
         with state.admit():
             want_logprobs = isinstance(body.logprobs, int) and not isinstance(body.logprobs, bool)
-            gen = _engine_request(state, body, prompt_ids, body.session_id or x_session_id, None,
-                                  logprobs=body.logprobs if want_logprobs else None)
+            gens = [_engine_request(state, body, prompt_ids, session_id, None,
+                                    logprobs=body.logprobs if want_logprobs else None, choice=i) for i in range(body.n)]
             echoed = "" if not body.echo else text if text is not None else state.tokenizer.decode(prompt_ids)
-            stream = _completion_events(state, body, gen, _submit(state, gen), body.stream, echoed)
+            cid, created = new_id("cmpl"), int(time.time())
+            streams = [_completion_events(state, body, gen, _submit(state, gen), body.stream, echoed,
+                                          index=i, cid=cid, created=created, standalone=body.n == 1)
+                       for i, gen in enumerate(gens)]
+            if body.n == 1:
+                stream = streams[0]
+            elif body.stream:
+                envelope = {"id": cid, "object": "text_completion", "created": created, "model": state.model_name}
+                stream = merge_streams(streams, lambda usage: sse({**envelope, "choices": [], "usage": usage})
+                                       if _wants_usage(body) else None)
+            else:
+                stream = merge_responses(streams)
             if body.stream:
                 return _sse_response(stream, state)
             return await _until_disconnected(request, stream)
@@ -114,11 +142,18 @@ def _check_model(state: ServerState, model: str) -> None:
                        param="model", code="model_not_found")
 
 
-def _engine_request(state: ServerState, body: SamplingFields, prompt_ids: list[int], session_id, effort, logprobs):
+def _wants_usage(body: SamplingFields) -> bool:
+    return bool(body.stream_options and body.stream_options.include_usage)
+
+
+def _engine_request(state: ServerState, body: SamplingFields, prompt_ids: list[int], session_id, effort, logprobs,
+                    choice: int = 0):
     from inference.engine.request import GenerateRequest
 
     params = sampling_params(body, len(prompt_ids), state.max_context, state.tokenizer.stop_token_ids,
                              state.defaults, logprobs)
+    if choice and params.seed is not None:  # choice i of a seeded n > 1 request: reproducible, yet distinct
+        params = params.model_copy(update={"seed": params.seed + choice})
     return GenerateRequest(prompt_ids=prompt_ids, params=params, session_id=session_id,
                            reasoning_effort=effort, request_id=f"http-{uuid.uuid4().hex[:16]}")
 
@@ -133,9 +168,10 @@ def _submit(state: ServerState, gen) -> AsyncIterator:
 
 
 async def _chat_events(state: ServerState, body: ChatCompletionRequest, prepared: PreparedChat, gen,
-                       deltas: AsyncIterator, session_id: Optional[str], streaming: bool) -> AsyncIterator:
-    """Yields SSE strings when streaming, else one final response dict."""
-    reply = ChatReply(state.model_name)
+                       deltas: AsyncIterator, session_id: Optional[str], streaming: bool,
+                       reply: ChatReply, standalone: bool = True) -> AsyncIterator:
+    """Yields SSE strings when streaming, else one final response dict. A choice of an n > 1
+    request (not standalone) ends its stream with a ChoiceEnd instead of the usage chunk and [DONE]."""
     parser = StreamingParser(prepared.tools if prepared.parse_tools else None,
                              start_in_reasoning=prepared.start_in_reasoning, tool_calls=prepared.parse_tools)
     text = OutputText(state.tokenizer, gen.params.stop)
@@ -168,7 +204,10 @@ async def _chat_events(state: ServerState, body: ChatCompletionRequest, prepared
         yield reply.response(reason, usage)
         return
     yield reply.chunk({}, reason=_chat_finish(reason, reply), final=True)
-    if body.stream_options and body.stream_options.include_usage and usage is not None:
+    if not standalone:
+        yield ChoiceEnd(usage)
+        return
+    if _wants_usage(body) and usage is not None:
         yield reply.chunk({}, usage=usage)
     yield SSE_DONE
 
@@ -180,9 +219,11 @@ def _chat_finish(reason: Optional[str], reply: ChatReply) -> str:
 
 
 async def _completion_events(state: ServerState, body: CompletionRequest, gen, deltas: AsyncIterator,
-                             streaming: bool, echoed: str = "") -> AsyncIterator:
-    """`echoed` (the prompt, for echo=true) leads the text, in the first chunk when streaming."""
-    cid, created = new_id("cmpl"), int(time.time())
+                             streaming: bool, echoed: str = "", *, index: int = 0, cid: str = "", created: int = 0,
+                             standalone: bool = True) -> AsyncIterator:
+    """`echoed` (the prompt, for echo=true) leads the text, in the first chunk when streaming. A
+    choice of an n > 1 request (not standalone) ends with a ChoiceEnd instead of usage and [DONE]."""
+    cid, created = cid or new_id("cmpl"), created or int(time.time())
     text = OutputText(state.tokenizer, gen.params.stop)
     pieces: list[str] = [echoed] if echoed else []
     logprobs: list = []
@@ -190,7 +231,7 @@ async def _completion_events(state: ServerState, body: CompletionRequest, gen, d
 
     def body_of(piece: str, finish: Optional[str], lps: Optional[dict] = None) -> dict:
         return {"id": cid, "object": "text_completion", "created": created, "model": state.model_name,
-                "choices": [{"index": 0, "text": piece, "finish_reason": finish, "logprobs": lps}]}
+                "choices": [{"index": index, "text": piece, "finish_reason": finish, "logprobs": lps}]}
 
     async with contextlib.aclosing(deltas):
         async for delta in deltas:
@@ -207,7 +248,10 @@ async def _completion_events(state: ServerState, body: CompletionRequest, gen, d
                 lps = completion_logprobs(state.tokenizer, delta.logprobs) if delta.logprobs else None
                 yield sse(body_of(piece, "length" if reason == "length" else ("stop" if final else None), lps))
     if streaming:
-        if body.stream_options and body.stream_options.include_usage and usage is not None:
+        if not standalone:
+            yield ChoiceEnd(usage)
+            return
+        if _wants_usage(body) and usage is not None:
             yield sse({**body_of("", None), "choices": [], "usage": usage_body(usage)})
         yield SSE_DONE
         return

@@ -68,7 +68,7 @@ class SamplingFields(BaseModel):
     max_completion_tokens: Optional[int] = Field(default=None, ge=1)
     stop: Optional[Union[str, list[str]]] = None
     seed: Optional[int] = None
-    n: int = Field(default=1, ge=1, le=1)
+    n: int = Field(default=1, ge=1, le=16)
     logprobs: Optional[Union[bool, int]] = None
     top_logprobs: Optional[int] = Field(default=None, ge=0, le=20)
     session_id: Optional[str] = Field(default=None, min_length=1, max_length=256)

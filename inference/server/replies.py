@@ -37,9 +37,10 @@ def finish_reason(engine_reason: Optional[str], has_tool_calls: bool) -> str:
 class ChatReply:
     """Collects parse events into the assistant message; turns each event into a stream delta."""
 
-    def __init__(self, model: str):
-        self.id = new_id("chatcmpl")
-        self.created = int(time.time())
+    def __init__(self, model: str, index: int = 0, reply_id: str | None = None, created: int | None = None):
+        self.index = index  # the choice this reply is (n > 1 shares one id and timestamp)
+        self.id = reply_id or new_id("chatcmpl")
+        self.created = created or int(time.time())
         self.model = model
         self.reasoning = ""
         self.content = ""
@@ -80,7 +81,7 @@ class ChatReply:
         return body
 
     def response(self, engine_reason: Optional[str], usage) -> dict[str, Any]:
-        choice = {"index": 0, "message": self.message_body(),
+        choice = {"index": self.index, "message": self.message_body(),
                   "finish_reason": finish_reason(engine_reason, bool(self.tool_calls)),
                   "logprobs": {"content": self.logprobs} if self.logprobs else None}
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
@@ -88,12 +89,17 @@ class ChatReply:
 
     def chunk(self, delta: dict[str, Any], reason: Optional[str] = None, usage=None, final: bool = False) -> str:
         choices = [] if usage is not None and not delta and not final else [
-            {"index": 0, "delta": delta, "finish_reason": reason, "logprobs": None}]
+            {"index": self.index, "delta": delta, "finish_reason": reason, "logprobs": None}]
         body: dict[str, Any] = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
                                 "model": self.model, "choices": choices}
         if usage is not None:
             body["usage"] = usage_body(usage)
         return sse(body)
+
+    def usage_chunk(self, usage: dict[str, Any]) -> str:
+        """The closing usage-only chunk, from an already built usage body (n > 1 merges them)."""
+        return sse({"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                    "choices": [], "usage": usage})
 
 
 def _token_bytes(tokenizer, token_id: int) -> bytes:
