@@ -151,15 +151,19 @@ class _StoppableBuild:
 
         api = self.api
         response = api.post(f"{api.base_url}/v{api.api_version}/build", data=context, params=params,
-                            headers={"Content-Type": "application/x-tar"}, stream=True, timeout=None)
+                            headers={"Content-Type": "application/tar"}, stream=True, timeout=None)
         with self._lock:  # the watcher may have given up during the upload
             self._response = response
             shut = self._shut
         if shut:
             _shut(response)
         if response.status_code != 200:
+            try:
+                detail = response.json().get("message")
+            except ValueError:
+                detail = None
             raise ImageBuildError(f"building {self.what} failed: engine answered {response.status_code}: "
-                                  f"{response.text.strip()}")
+                                  f"{detail or response.text.strip()}")
         image_id = built = None
         for message in json_stream(response.iter_content(chunk_size=None)):
             if message.get("error"):
