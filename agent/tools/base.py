@@ -28,8 +28,8 @@ import json
 import posixpath
 import threading
 import time
-from dataclasses import dataclass, field
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, get_type_hints
 
 from pydantic import BaseModel

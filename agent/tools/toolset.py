@@ -90,8 +90,8 @@ class ToolSet:
             return ToolResult(output=str(exc), is_error=True)
         # Registered before `cancel` is looked at: an interrupt sets `cancel` and then calls
         # cancel(), so either cancel() sees this entry or the check below sees `cancel` set.
-        entry = (tool, threading.Event())
-        stop = entry[1]
+        stop = threading.Event()
+        entry = (tool, stop)
         with self._lock:
             self._running.append(entry)
         try:
