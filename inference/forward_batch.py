@@ -148,11 +148,16 @@ class AttentionMetadata:
     def _flat_key_slots(self) -> torch.Tensor:
         return self.key_slots.reshape(-1)
 
-    def gather_keys(self, cache: torch.Tensor) -> torch.Tensor:
-        """cache [slots, D] -> [B, S, D] rows of every visible key (index_select: cheaper than
-        advanced indexing on the per-layer decode path)."""
+    def gather_keys(self, cache) -> torch.Tensor:
+        """cache [slots, D] (or a kv_formats row store) -> [B, S, D] rows of every visible key, in
+        the model dtype (index_select: cheaper than advanced indexing on the per-layer decode path;
+        an FP8 store dequantizes just these rows)."""
         b, s = self.key_slots.shape
-        return cache.index_select(0, self._flat_key_slots).view(b, s, cache.shape[-1])
+        if isinstance(cache, torch.Tensor):
+            rows = cache.index_select(0, self._flat_key_slots)
+        else:
+            rows = cache.gather(self._flat_key_slots)
+        return rows.view(b, s, rows.shape[-1])
 
     def to_padded(self, x: torch.Tensor) -> torch.Tensor:
         """[N, ...] flat rows -> [B, T, ...] padded query layout (padding rows are zero)."""

@@ -89,9 +89,9 @@ class Glm5ForCausalLM(nn.Module):
 
     def _run_layer(self, layer: DecoderLayer, h, rope, meta, cache: PagedKVCache, selection):
         i = layer.layer
-        indexer_cache = cache.indexer_flat(i) if i in cache.indexer else None
+        indexer_cache = cache.indexer_rows(i) if i in cache.indexer else None
         return layer(
-            h, rope, meta, cache.latent_flat(i), indexer_cache, selection, self.attention_mode, self._kernels(h)
+            h, rope, meta, cache.latent_rows(i), indexer_cache, selection, self.attention_mode, self._kernels(h)
         )  # fmt: skip
 
     def _kernels(self, h: torch.Tensor) -> str | None:
@@ -132,8 +132,9 @@ class Glm5ForCausalLM(nn.Module):
         logits = self.lm_head(mtp.shared_head.norm(picked))
         return ModelOutput(picked, logits, z if return_all_hidden else None)
 
-    def new_cache(self, num_pages: int, page_size: int) -> PagedKVCache:
-        return PagedKVCache(self.config, num_pages, page_size, self.dtype, self.device)
+    def new_cache(self, num_pages: int, page_size: int, kv_cache_dtype: str = "auto") -> PagedKVCache:
+        """kv_cache_dtype: "auto" (the model dtype) or "fp8" (fp8_ds_mla latent + FP8 indexer keys)."""
+        return PagedKVCache(self.config, num_pages, page_size, self.dtype, self.device, kv_cache_dtype)
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:

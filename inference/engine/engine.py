@@ -37,7 +37,7 @@ class Engine:
                  detokenize: Optional[Callable[[list[int]], str]] = None,
                  clock: Callable[[], float] = time.monotonic):
         from inference.loader import load_model
-        from inference.kv_cache import PagedKVCache
+        from inference.kv_cache import PagedKVCache, kv_bytes_per_token
 
         self.config = config
         # The MTP layer (weights and its KV pages) is only loaded when it drafts.
@@ -45,11 +45,14 @@ class Engine:
                                 latent_norm_eps=config.latent_norm_eps, mtp=config.num_speculative_tokens > 0)
         self.model_config = self.model.config
         ps = config.page_size
-        self.cache_bytes_per_token = PagedKVCache(self.model_config, 1, ps, self.model.dtype, "cpu").bytes_per_token()
+        kv_dtype = config.kv_cache_dtype
+        self.cache_bytes_per_token = kv_bytes_per_token(self.model_config, self.model.dtype, kv_dtype)
         self.num_device_pages = config.device_pages(self.cache_bytes_per_token)
-        self.kv_cache = self.model.new_cache(self.num_device_pages, ps)
+        self.kv_cache = self.model.new_cache(self.num_device_pages, ps, kv_dtype)
         host_pages = config.host_pages()
-        host_cache = PagedKVCache(self.model_config, host_pages, ps, self.model.dtype, "cpu") if host_pages else None
+        # The host tier holds the same bytes as the device pages (FP8 stays FP8: spill and restore
+        # are plain copies, never a requantization).
+        host_cache = PagedKVCache(self.model_config, host_pages, ps, self.model.dtype, "cpu", kv_dtype) if host_pages else None
         if host_cache is not None and self.kv_cache.device.type == "cuda":
             # Pinned host pages let the spill/restore copies run as DMA at full link bandwidth.
             host_cache.latent = [t.pin_memory() for t in host_cache.latent]

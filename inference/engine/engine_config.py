@@ -30,6 +30,9 @@ class EngineConfig(BaseModel):
 
     dtype: str = "bfloat16"
     device: str = "cpu"
+    # "auto": the KV cache holds the model dtype; "fp8": the serving engines' FP8 layouts
+    # (fp8_ds_mla latent + FP8 indexer keys, inference/kv_formats.py), ~0.56x the bf16 bytes.
+    kv_cache_dtype: str = "auto"
     kv_budget_tokens: Optional[int] = Field(default=None, ge=1)
     kv_budget_bytes: Optional[int] = Field(default=None, ge=1)
     page_size: int = Field(default=64, ge=1)
@@ -55,6 +58,13 @@ class EngineConfig(BaseModel):
     def _known_dtype(cls, v: str) -> str:
         if v not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be float32, bfloat16 or float16, got {v!r}")
+        return v
+
+    @field_validator("kv_cache_dtype")
+    @classmethod
+    def _known_kv_cache_dtype(cls, v: str) -> str:
+        if v not in ("auto", "fp8"):
+            raise ValueError(f"kv_cache_dtype must be 'auto' (the model dtype) or 'fp8' (fp8_ds_mla), got {v!r}")
         return v
 
     @field_validator("reasoning_budgets")

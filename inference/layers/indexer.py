@@ -3,8 +3,9 @@
 logit[t, s] = sum_h w[t, h] * ReLU(q[t, h] . k[s] / sqrt(d)), with w = weights_proj(x) / sqrt(heads),
 computed in fp32 over the keys visible to t (causal); the top-k of each row is the selection.
 The layout of q and k is [rope | nope] (opposite to MLA's [nope | rope]); RoPE is interleaved.
-No Hadamard rotation or FP8 here: the cache is kept in the model dtype (transformers' choice), for
-which the rotation is an exact no-op.
+The key cache is a row store (kv_formats.py): in the model dtype (transformers' choice) or FP8
+with Hadamard-rotated keys; `prepare_query` puts q into the keys' basis (an identity for the
+model dtype, where the rotation would be an exact no-op). Why the FP8 store rotates: kv_formats.py.
 """
 
 from __future__ import annotations
@@ -55,11 +56,11 @@ class Indexer(nn.Module):
         q_latent: torch.Tensor,
         rope: RopeTables,
         meta: AttentionMetadata,
-        key_cache: torch.Tensor,
+        key_cache,
         k_proj: torch.Tensor | None = None,
         head_weights: torch.Tensor | None = None,
     ) -> torch.Tensor | None:
-        """Write this step's keys into key_cache [slots, head_dim]; return the selection.
+        """Write this step's keys into key_cache (a row store of head_dim); return the selection.
 
         k_proj = wk(x) and head_weights = weights_proj(x) may come precomputed from the attention's
         fused input projection. Returns a bool mask [B, T, S] of selected keys, or None when no
@@ -71,7 +72,7 @@ class Indexer(nn.Module):
 
         n, b, t, s = x.shape[0], meta.key_slots.shape[0], meta.max_query_len, meta.max_seq_len
         q = self._rotate(self.wq_b(q_latent).view(n, self.n_heads, self.head_dim), rope)
-        q = meta.to_padded(q).float().reshape(b, t * self.n_heads, self.head_dim)
+        q = key_cache.prepare_query(meta.to_padded(q).float()).reshape(b, t * self.n_heads, self.head_dim)
         keys = meta.gather_keys(key_cache).float()  # [B, S, D]: one key per token, shared by all heads
         if head_weights is None:
             head_weights = self.weights_proj(x.to(self.weights_proj.weight.dtype))
@@ -102,7 +103,7 @@ class Indexer(nn.Module):
 
     def _write_keys(self, x, rope, meta, key_cache, k_proj) -> None:
         k_proj = self.wk(x) if k_proj is None else k_proj
-        key_cache[meta.slot_mapping] = self._rotate(self.k_norm(k_proj), rope).to(key_cache.dtype)
+        key_cache.write(meta.slot_mapping, self._rotate(self.k_norm(k_proj), rope))
 
     def select_slots(self, x, q_latent, rope, meta, key_cache, k_proj, head_weights, backend: str) -> torch.Tensor:
         """Kernel path: the same selection as `forward`, as cache slots [N, K] (-1 = none)."""
@@ -110,6 +111,7 @@ class Indexer(nn.Module):
         if meta.max_seq_len <= self.topk:
             return kernel_path.causal_slots(meta, meta.positions)
         q = self._rotate(self.wq_b(q_latent).view(x.shape[0], self.n_heads, self.head_dim), rope)
+        q = key_cache.prepare_query(q)
         if head_weights is None:
             head_weights = self.weights_proj(x.to(self.weights_proj.weight.dtype))
         w = head_weights.float() * self.n_heads**-0.5

@@ -81,13 +81,16 @@ class MLAttention(nn.Module):
         x: torch.Tensor,
         rope: RopeTables,
         meta: AttentionMetadata,
-        latent_cache: torch.Tensor,
-        indexer_cache: torch.Tensor | None,
+        latent_cache,
+        indexer_cache,
         shared_selection: torch.Tensor | None,
         mode: str = "auto",
         kernels: str | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x [N, hidden] -> (out [N, hidden], the selection this layer used).
+
+        latent_cache / indexer_cache are the layer's row stores (kv_formats.py): rows are written
+        by slot and read back, in the model dtype, by slot.
 
         The selection is a [B, T, S] mask (or None = all visible) on the native path, and cache
         slots [N, K] when `kernels` names a kernels backend (see kernel_path.py)."""
@@ -99,7 +102,7 @@ class MLAttention(nn.Module):
         q_pe = rope.apply(q_pe, self.rope_deinterleaved)
         c, k_pe = kv_a.split([self.rank, self.rope], dim=-1)
         row = torch.cat([self.kv_a_layernorm(c), rope.apply(k_pe, self.rope_deinterleaved)], dim=-1)
-        latent_cache[meta.slot_mapping] = row.to(latent_cache.dtype)
+        latent_cache.write(meta.slot_mapping, row)
 
         if kernels is not None:
             if self.indexer is not None:
@@ -134,7 +137,7 @@ class MLAttention(nn.Module):
         return out.transpose(0, 1).reshape(-1, self.n_heads * self.v_dim)
 
     def _sparse_kernel(self, q_nope, q_pe, latent_cache, slots, backend: str) -> torch.Tensor:
-        q = torch.cat([self._absorb_keys(q_nope), q_pe], dim=-1).to(latent_cache.dtype)
+        q = torch.cat([self._absorb_keys(q_nope), q_pe], dim=-1).to(latent_cache.dtype)  # the model dtype
         out_lat = kernel_path.sparse_latent_attention(q, latent_cache, slots, self.scale, self.rank, backend)
         return self._absorb_values(out_lat.to(q_nope.dtype))
 
