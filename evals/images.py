@@ -126,8 +126,9 @@ class ImageBuilder:
                 ids.append(self.client.images.get(m.group(2)).id)
         return ids
 
-    def ensure(self, spec, name: str) -> tuple[str, list[str]]:
-        """The tag of an image for `spec`, building it when needed, and the substitution notes."""
+    def ensure(self, spec, name: str, timeout: float | None = None) -> tuple[str, list[str]]:
+        """The tag of an image for `spec`, building it when needed, and the substitution notes. A build
+        past `timeout` seconds is stopped on the engine and raises ImageBuildTimeout."""
         if spec.prebuilt:
             if self._available(spec.image):
                 return spec.image, []
@@ -148,5 +149,5 @@ class ImageBuilder:
                 lock = self._locks.setdefault(tag, threading.Lock())
             with lock:
                 if not self._available(tag):
-                    build_image(ctx, tag, dockerfile=spec.dockerfile, docker_client=self.client)
+                    build_image(ctx, tag, dockerfile=spec.dockerfile, docker_client=self.client, timeout=timeout)
             return tag, notes

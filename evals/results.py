@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 Status = Literal["resolved", "failed", "error"]
 
 # Error classes. Infrastructure classes are retried and never count as the agent's failure.
-INFRA_ERRORS = {"build_failed", "image_unavailable", "sandbox_error", "verifier_crashed", "task_invalid", "internal_error"}
+INFRA_ERRORS = {"build_failed", "build_timeout", "image_unavailable", "sandbox_error", "verifier_crashed", "task_invalid", "internal_error"}
 RETRYABLE = {"build_failed", "sandbox_error", "verifier_crashed"}
 
 

@@ -20,9 +20,12 @@ from evals.results import TrialResult
 from evals.task import Task
 from evals.tmux import TerminalError, TmuxSession
 from sandbox import Sandbox, SandboxConfig, SandboxError
+from sandbox.images import ImageBuildTimeout
 
 LOG_DIRS = "/logs/agent /logs/verifier /logs/artifacts /agent-logs"
 GRACE_SEC = 30.0
+# Stopping a timed-out build takes up to ~5 s on the engine plus the removal of its build containers.
+BUILD_STOP_GRACE_SEC = 40.0
 
 
 class PhaseTimeout(RuntimeError):
@@ -99,15 +102,23 @@ class Trial:
         return workdir or "/"
 
     def _build(self) -> str:
+        started = time.monotonic()
+        deadline = started + self.timeouts.build_sec
+
         def build():
-            tag, notes = self.engine.builder.ensure(self.task.environment, self.task.id)
+            # The builds themselves stop at the phase deadline (sandbox.images stops them on the
+            # engine), so no build outlives its trial.
+            left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
+            tag, notes = self.engine.builder.ensure(self.task.environment, self.task.id, timeout=left())
             for spec in aux_images(self.task):
-                notes += self.engine.builder.ensure(spec, f"{self.task.id}-verifier")[1]
+                notes += self.engine.builder.ensure(spec, f"{self.task.id}-verifier", timeout=left())[1]
             return tag, notes
 
-        started = time.monotonic()
         try:
-            tag, notes = run_with_timeout(build, self.timeouts.build_sec, "build")
+            # The outer limit only catches a build that could not be stopped in time.
+            tag, notes = run_with_timeout(build, self.timeouts.build_sec + BUILD_STOP_GRACE_SEC, "build")
+        except ImageBuildTimeout as exc:
+            raise InfraError("build_timeout", str(exc)) from exc
         except ImageUnavailable as exc:
             raise InfraError("image_unavailable", str(exc)) from exc
         except Exception as exc:  # whatever stops a build is the infrastructure's problem

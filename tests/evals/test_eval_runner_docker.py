@@ -223,3 +223,23 @@ def test_an_agent_crash_is_the_agents_failure_and_still_graded(eval_docker, suit
     assert (r.status, r.error_class) == ("failed", "agent_error")
     assert "model endpoint returned garbage" in r.error and r.details["tests"]
     assert summary.infra_errors == 0 and summary.error_classes == {"agent:agent_error": 1}
+
+
+def test_a_build_past_its_timeout_is_stopped_and_reported(eval_docker, suite, tmp_path):
+    """build_timeout_sec really stops the build (no build container keeps sleeping) and the trial
+    is an infrastructure error of its own class, not retried."""
+    root = suite("harbor-fix-backup")
+    task = root / "harbor-fix-backup"
+    marker = f"horizon-build-timeout-{uuid.uuid4().hex[:8]}"
+    dockerfile = task / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + f"RUN echo {marker} && sleep 120\n")
+    (task / "task.toml").write_text((task / "task.toml").read_text().replace("build_timeout_sec = 300", "build_timeout_sec = 4"))
+    started = time.monotonic()
+    run_eval(root, RunOptions(agent="oracle", out_dir=tmp_path / "out", progress=False))
+    elapsed = time.monotonic() - started
+    [result] = [json.loads(l) for l in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert (result["status"], result["error_class"], result["retries"]) == ("error", "build_timeout", 0)
+    assert "did not finish within" in result["error"]
+    assert elapsed < 60  # not the 120 s the build wanted
+    running = [c for c in eval_docker.api.containers(all=True) if marker in (c.get("Command") or "")]
+    assert running == [], running
