@@ -72,19 +72,15 @@ def dequantize_blocks(values: torch.Tensor, scales: torch.Tensor, dtype: torch.d
 
 
 @functools.lru_cache(maxsize=8)
-def _hadamard_cpu(dim: int) -> torch.Tensor:
+def hadamard(dim: int, device: torch.device) -> torch.Tensor | None:
+    """The normalized [dim, dim] Hadamard matrix (symmetric, orthogonal), None when dim is not a
+    power of two (then keys are quantized unrotated). Cached: every layer asks for it every step."""
+    if dim < 2 or dim & (dim - 1):
+        return None
     h = torch.ones(1, 1)
     while h.shape[0] < dim:  # Sylvester: [[H, H], [H, -H]]
         h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
-    return h * dim**-0.5
-
-
-def hadamard(dim: int, device: torch.device) -> torch.Tensor | None:
-    """The normalized [dim, dim] Hadamard matrix (symmetric, orthogonal), None when dim is not a
-    power of two (then keys are quantized unrotated)."""
-    if dim < 2 or dim & (dim - 1):
-        return None
-    return _hadamard_cpu(dim).to(device)
+    return (h * dim**-0.5).to(device)
 
 
 class DenseRows:
