@@ -82,7 +82,7 @@ class Sandbox:
         try:
             container.start()
             sandbox._shell = PersistentShell(sandbox._spawn_shell, start_timeout=config.start_timeout,
-                                             put_file=sandbox._put_shell_file)
+                                             put_file=sandbox._put_shell_file, adopt_orphans=True)
         except TimeoutError as exc:
             sandbox.close()
             raise SandboxTimeout(f"sandbox from {config.image} did not start within {config.start_timeout:.0f}s: {exc}") from exc

@@ -83,9 +83,12 @@ class RawResult:
 
 class PersistentShell:
     def __init__(self, spawn: Callable[[], AttachedProcess], *, start_timeout: float, spool_dir: str = SPOOL_DIR,
-                 put_file: Callable[[str, bytes], None]):
+                 put_file: Callable[[str, bytes], None], adopt_orphans: bool = False):
         """`spawn` starts a bash reading stdin: a `docker exec` for containers, a subprocess locally.
-        `put_file(path, data)` writes a file where the shell can read it (for long commands)."""
+        `put_file(path, data)` writes a file where the shell can read it (for long commands).
+        `adopt_orphans`: a stopped command's daemonised processes (reparented to init) are killed
+        too; only for a container, whose init and processes are all the sandbox's."""
+        self.adopt_orphans = adopt_orphans
         self._spawn_process = spawn
         self._put_file = put_file
         self._start_timeout = start_timeout
@@ -246,7 +249,7 @@ class PersistentShell:
             reaper = self.reaper
             marker = f"\x1eHZREAPED:{token}\n".encode()
             reaper.stdout.clear()
-            reaper.send(reap_line(token, self.pid))
+            reaper.send(reap_line(token, self.pid, self.adopt_orphans))
             deadline = time.monotonic() + 10
             while marker not in reaper.stdout and time.monotonic() < deadline:
                 reaper.pump(deadline)

@@ -97,10 +97,16 @@ printf '\036HZREADY:%s:%s:%s\n' "$$" "$(id -u)" "$(id -g)"
 REAPER_PRELUDE = r"""
 set +o history +m
 __hz_reap() {
-  # $1: the command's token, $2: the shell's pid. Builtins only: forking may be impossible here.
+  # $1: the command's token, $2: the shell's pid, $3: 1 to take init's orphans too (containers).
+  # Builtins only: forking may be impossible here.
   # A process belongs to the command if it carries the command's __HZ_CMD (exec'd programs), or
-  # if it sits in the shell's process group and started after the command did (forked
-  # subshells, which keep the shell's environment block).
+  # if it started after the command did and either sits in the shell's process group (forked
+  # subshells, which keep the shell's environment block), is the shell's own child (setsid left
+  # the group, env -i dropped the marker) or is an orphan adopted by init (a daemonising double
+  # fork; when a parent above is killed its children are adopted too, and the next round finds
+  # them) — the last only in a container ($3 = 1), where init and every process are the
+  # sandbox's; on a host, init adopts other people's daemons. `docker exec` processes (MCP
+  # servers, file transfers) have parent 0, never 1.
   local round quiet=0 p e line start=0 shell_pgid=-1
   local -a env f found
   kill -USR1 "$2" 2>/dev/null
@@ -116,7 +122,7 @@ __hz_reap() {
       read -r line 2>/dev/null < "/proc/$p/stat" || continue
       f=(${line##*) })
       [[ ${f[0]} == Z ]] && continue  # already dead, waiting to be reaped
-      if (( f[2] == shell_pgid && f[19] >= start )); then
+      if (( f[19] >= start && (f[2] == shell_pgid || f[1] == $2 || ($3 == 1 && f[1] == 1)) )); then
         kill -STOP "$p" 2>/dev/null; found+=("$p"); continue
       fi
       mapfile -d '' env 2>/dev/null < "/proc/$p/environ" || continue
@@ -179,5 +185,5 @@ def command_line(token: str, command: str | None, stdin_path: str, head: int, ta
     ).encode()
 
 
-def reap_line(token: str, shell_pid: int) -> bytes:
-    return f"__hz_reap {token} {shell_pid}; printf '\\036HZREAPED:%s\\n' {token}\n".encode()
+def reap_line(token: str, shell_pid: int, adopt_orphans: bool = False) -> bytes:
+    return f"__hz_reap {token} {shell_pid} {int(adopt_orphans)}; printf '\\036HZREAPED:%s\\n' {token}\n".encode()

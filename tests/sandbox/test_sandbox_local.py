@@ -40,3 +40,21 @@ def test_local_sandbox_same_api(tmp_path):
             sb.read_file("/workspace/missing")
         root = sb.root
     assert not root.exists()
+
+
+def test_local_timeout_kills_a_child_that_left_the_group_but_not_strangers(tmp_path):
+    """On the host the shell's own children are the command's even after setsid + env -i; a
+    unrelated process (here: one this test starts in its own session) is left alone."""
+    import subprocess
+
+    with LocalSandbox() as sb:
+        stranger = subprocess.Popen(["sleep", "304"], start_new_session=True)
+        try:
+            r = sb.exec("setsid env -i /bin/sleep 305 & sleep 306", timeout=1.5)
+            assert r.timed_out
+            procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+            assert "sleep 305" not in procs and "sleep 306" not in procs
+            assert stranger.poll() is None  # not the sandbox's: untouched
+        finally:
+            stranger.kill()
+            stranger.wait()

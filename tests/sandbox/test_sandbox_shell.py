@@ -63,6 +63,17 @@ def test_timeout_stops_shell_loops_and_whole_process_trees(shared_sandbox):
     assert sb.exec("echo fine").output == "fine\n"
 
 
+def test_timeout_kills_processes_that_left_the_group_and_cleared_their_environment(shared_sandbox):
+    """setsid leaves the shell's process group, env -i drops the command's marker, and a double
+    fork (daemonising) reparents the process to init: none of it escapes the timeout."""
+    sb = shared_sandbox
+    r = sb.exec("setsid env -i /bin/sleep 301 & setsid sh -c 'env -i /bin/sleep 302 &' ; sleep 303", timeout=1.5)
+    assert r.timed_out
+    procs = sb.exec_once(["ps", "-eo", "args"]).output
+    assert not any(f"sleep {n}" in procs for n in (301, 302, 303)), procs
+    assert sb.exec("echo fine").output == "fine\n"
+
+
 def test_background_jobs_from_earlier_commands_survive_a_timeout(shared_sandbox):
     sb = shared_sandbox
     sb.exec("sleep 600 & echo $! > /tmp/bg.pid")
