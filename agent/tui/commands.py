@@ -19,7 +19,7 @@ COMMANDS: tuple[SlashCommand, ...] = (
     SlashCommand("mode", "ask|auto-edit|auto", "set the approval mode (Shift+Tab cycles)"),
     SlashCommand("compact", "", "compact the conversation now"),
     SlashCommand("diff", "", "show the workspace changes so far"),
-    SlashCommand("undo", "", "revert the last file edit"),
+    SlashCommand("undo", "", "revert the last turn's file changes"),
     SlashCommand("clear", "", "new conversation (the old one stays saved)"),
     SlashCommand("sessions", "", "list saved sessions"),
     SlashCommand("resume", "[ID]", "restore a saved session (default: the latest)"),

@@ -18,7 +18,8 @@ from agent.loop import Agent, Approval, RunResult
 from agent.tools.toolset import ToolSet
 from agent.tui.approval import EDIT_TOOLS, ApprovalPolicy
 from agent.tui.session import Record, Session
-from agent.tui.workspace_ops import EditHistory, restore_conversation
+from agent.tui.turn_snapshots import TurnSnapshots
+from agent.tui.workspace_ops import WORKDIR, EditHistory, restore_conversation
 from inference.chat.messages import Message
 
 
@@ -58,6 +59,9 @@ class ChatController:
         self.policy = policy or ApprovalPolicy(read_only_tools=read_only)
         self.policy.read_only_tools = read_only
         self.edits = EditHistory(sandbox)
+        self.turns = TurnSnapshots(sandbox, WORKDIR)
+        self.turn = 0
+        self.note_for_model: str | None = None  # said with the next message (e.g. after /undo)
         self.agent = self._new_agent([])
         self._thread: threading.Thread | None = None
         self._pending: Future | None = None
@@ -70,10 +74,18 @@ class ChatController:
     def submit(self, task: str) -> None:
         if self.busy:
             raise RuntimeError("the agent is still working; interrupt it first")
+        if self.note_for_model:
+            task, self.note_for_model = f"{self.note_for_model}\n\n{task}", None
         self._thread = threading.Thread(target=self._run_turn, args=(task,), name="horizon-agent", daemon=True)
         self._thread.start()
 
     def _run_turn(self, task: str) -> None:
+        self.turn += 1
+        try:
+            # Before the agent touches anything: /undo reverts the whole turn, commands included.
+            self.turns.take(self.turn)
+        except Exception as exc:  # undo falls back to the edit tools' history; the turn goes on
+            self.turns.error = f"{type(exc).__name__}: {exc}"
         try:
             result = self.agent.run(task)
         except Exception as exc:  # the UI must survive any agent failure and say what happened
@@ -129,12 +141,14 @@ class ChatController:
         self.session = session
         self.agent = self._new_agent([])
         self.edits.clear()
+        self.turns.clear()
 
     def resume(self, session: Session) -> list[Record]:
         records = session.records()
         self.session = session
         self.agent = self._new_agent(restore_conversation(records))
         self.edits.clear()
+        self.turns.clear()
         return records
 
     def set_backend(self, backend) -> None:

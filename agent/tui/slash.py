@@ -124,8 +124,22 @@ class SlashHandler:
             await self.app.notice(diff, format="diff")
 
     async def cmd_undo(self, arg: str) -> None:
-        message = await asyncio.to_thread(self.controller.edits.undo)
-        await self.app.notice(message)
+        """Revert the last turn's changes to the workspace (edits and commands alike) from the
+        snapshot taken when it started; where snapshots are unavailable (no git in the image),
+        revert the last edit-tool change instead."""
+        controller = self.controller
+        if controller.turns.stack or controller.turns.error is None:
+            turn, message = await asyncio.to_thread(controller.turns.undo)
+            if turn is not None:
+                controller.edits.clear()  # those per-edit states predate the restored snapshot
+                controller.note_for_model = (
+                    f"[The user ran /undo: the workspace was restored to its state before turn {turn}; "
+                    "the file changes made since then are gone, though the conversation still shows them.]"
+                )
+            await self.app.notice(message, kind="info" if turn is not None else "warning")
+            return
+        message = await asyncio.to_thread(controller.edits.undo)
+        await self.app.notice(f"{message} (whole-turn undo is unavailable: {controller.turns.error})")
 
     async def cmd_clear(self, arg: str) -> None:
         session = self.app.store.create(str(self.app.repo), self.app.stats.model)
