@@ -14,7 +14,7 @@ import threading
 from collections import defaultdict
 from pathlib import Path
 
-from agent.batch.ownership import Owner
+from agent.ownership import Owner
 
 _repo_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
 

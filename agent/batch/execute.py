@@ -17,7 +17,7 @@ from typing import Callable
 from agent.backends import EnginePool, make_backend
 from agent.batch.jobs import BatchJob
 from agent.batch.layout import JobPaths
-from agent.batch.ownership import give_back
+from agent.ownership import give_back
 from agent.batch.results import JobResult, classify
 from agent.batch.workspace import JobWorkspace, WorkspaceError, prepare_workspace
 from agent.config import AgentConfig

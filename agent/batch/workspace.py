@@ -2,7 +2,7 @@
 
 The clone lives on the host and is mounted into the job's sandbox, so the patch can be read back
 with the host's git even when the sandbox had to be killed (a timed-out job still reports what it
-changed). It belongs to the repository's owner (see agent/batch/ownership.py) and every git
+changed). It belongs to the repository's owner (see agent/ownership.py) and every git
 command on it runs as them.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.batch.jobs import BatchJob
-from agent.batch.ownership import Owner
+from agent.ownership import Owner
 
 
 class WorkspaceError(RuntimeError):

@@ -15,6 +15,7 @@ from textual.widgets import Static
 from agent.events import RunStart, ToolCallEvent, UsageEvent
 from agent.instructions import build_system_prompt, load_project_instructions
 from agent.loop import Approval
+from agent.ownership import Owner
 from agent.tui.approval import EDIT_TOOLS, MODES
 from agent.tui.completion import attach, mentioned_files
 from agent.tui.controller import ApprovalRequest, ChatController, TurnDone
@@ -88,6 +89,7 @@ class ChatApp(App):
             session=session,
             post=self._post,
             system_prompt=chat_system_prompt(config, self.repo),
+            owner=None if read_only else Owner.for_repo(self.repo),
         )
         self.stats = Stats(
             model=model_spec,

@@ -15,9 +15,10 @@ from typing import Callable
 from agent.config import AgentConfig
 from agent.events import Event, ToolCallEvent
 from agent.loop import Agent, Approval, RunResult
+from agent.ownership import Owner, give_back_created
 from agent.tools.toolset import ToolSet
 from agent.tui.approval import EDIT_TOOLS, ApprovalPolicy
-from agent.tui.session import Record, Session
+from agent.tui.session import Notice, Record, Session
 from agent.tui.turn_snapshots import TurnSnapshots
 from agent.tui.workspace_ops import WORKDIR, EditHistory, restore_conversation
 from inference.chat.messages import Message
@@ -47,8 +48,12 @@ class ChatController:
         post: Callable[[object], None],
         policy: ApprovalPolicy | None = None,
         system_prompt: str | None = None,
+        owner: Owner | None = None,
     ):
         self.system_prompt = system_prompt
+        # Whose the mounted checkout is: what the agent (root in the sandbox) creates goes back to
+        # them after every turn, so the user can edit, delete and commit it.
+        self.owner = owner
         self.config = config
         self.backend = backend
         self.tools = tools
@@ -89,9 +94,19 @@ class ChatController:
         try:
             result = self.agent.run(task)
         except Exception as exc:  # the UI must survive any agent failure and say what happened
+            self.give_back_files()
             self.post(TurnDone(None, f"{type(exc).__name__}: {exc}"))
             return
+        self.give_back_files()
         self.post(TurnDone(result))
+
+    def give_back_files(self) -> None:
+        if self.owner is None:
+            return
+        try:
+            give_back_created(self.owner, self.sandbox, WORKDIR)
+        except Exception as exc:  # the files stay root-owned; say so rather than fail the turn
+            self.record(Notice(text=f"could not return new files to their owner ({self.owner}): {exc}", kind="warning"))
 
     def interrupt(self) -> None:
         self.agent.interrupt()  # also stops a bash command in flight (Sandbox.interrupt)

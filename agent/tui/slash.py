@@ -130,6 +130,7 @@ class SlashHandler:
         controller = self.controller
         if controller.turns.stack or controller.turns.error is None:
             turn, message = await asyncio.to_thread(controller.turns.undo)
+            await asyncio.to_thread(controller.give_back_files)  # restored files are written as root
             if turn is not None:
                 controller.edits.clear()  # those per-edit states predate the restored snapshot
                 controller.note_for_model = (

@@ -104,6 +104,30 @@ async def test_undo_reverts_whole_turns_including_what_commands_changed(make_app
     assert status.stdout == ""
 
 
+async def test_files_the_agent_creates_belong_to_the_checkouts_owner(make_app, chat_repo):
+    """The agent is root in the sandbox; what it creates in the mounted checkout is given back to
+    the checkout's owner after each turn (a uid other than root's when the tests run as root)."""
+    import os
+
+    if os.geteuid() == 0:
+        for path in [chat_repo, *chat_repo.rglob("*")]:
+            os.lchown(path, 1234, 1234)
+    want = (os.stat(chat_repo).st_uid, os.stat(chat_repo).st_gid)
+    steps = [
+        {"tool_calls": [call("o1", "bash", command="mkdir -p gen/deep && echo x > gen/deep/f.txt && ln -s calc.py link.py "
+                                                  "&& echo '# more' >> calc.py && git add -A && git commit -qm agent")]},
+        {"content": "made files"},
+    ]
+    app = make_app(steps)
+    app.controller.policy.mode = "auto"
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press(*"make files", "enter")
+        await until(pilot, lambda: not app.controller.busy and "made files" in screen_text(app), what="the turn")
+    made = [chat_repo / "gen", chat_repo / "gen/deep/f.txt", chat_repo / "link.py", chat_repo / "calc.py"]
+    made += list((chat_repo / ".git" / "objects").rglob("*"))
+    assert {p.name: (os.lstat(p).st_uid, os.lstat(p).st_gid) for p in made} == {p.name: want for p in made}
+
+
 async def test_denial_with_a_reason_goes_back_to_the_model(make_app, chat_repo):
     steps = [
         {"tool_calls": [call("d1", "bash", command="rm -rf /workspace/*")]},

@@ -1,4 +1,5 @@
-"""Whose files a job's checkout holds, and giving back what the container wrote.
+"""Whose files a mounted checkout holds, and giving back what the container wrote (batch jobs,
+the chat's workspace).
 
 A job's checkout belongs to one host user: the owner of the job's repository when horizon runs as
 root (`sudo horizon batch`, a root CI runner), else the user running horizon. Host-side git on the
@@ -80,6 +81,18 @@ def give_back(owner: Owner, sandbox, target: str) -> None:
     result = sandbox.exec_once(owner.chown_argv(target), timeout=CHOWN_TIMEOUT_S, user="0:0")
     if result.exit_code != 0:
         raise OwnershipError(f"chown exited with {result.exit_code}: {result.output.strip()[-300:]}")
+
+
+def give_back_created(owner: Owner, sandbox, target: str) -> None:
+    """Only the root-owned entries under `target` to `owner` (after each chat turn): `find` reads
+    metadata alone, so an unchanged large checkout costs little. Nothing to do for a root owner."""
+    if (owner.uid, owner.gid) == (0, 0):
+        return
+    argv = ["find", target, "(", "-uid", "0", "-o", "-gid", "0", ")", "-exec", "chown", "--no-dereference",
+            f"{owner.uid}:{owner.gid}", "{}", "+"]
+    result = sandbox.exec_once(argv, timeout=CHOWN_TIMEOUT_S, user="0:0")
+    if result.exit_code != 0:
+        raise OwnershipError(f"find/chown exited with {result.exit_code}: {result.output.strip()[-300:]}")
 
 
 def _home(uid: int) -> str:
