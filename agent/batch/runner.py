@@ -99,8 +99,13 @@ class BatchRunner:
             return None
         finally:
             self.handles.pop(job.id, None)
-        if self.branch_prefix and result.status == "fixed" and job.is_local:
-            result = self._commit_branch(job, result)
+        if self.branch_prefix and result.status == "fixed":
+            if job.is_local:
+                result = self._commit_branch(job, result)
+            else:  # a remote repository is never pushed to: the patch is the deliverable
+                result = result.model_copy(update={"warnings": [*result.warnings, (
+                    f"no branch {self.branch_prefix}{job.id}: --branch-prefix commits only to local "
+                    f"repositories, and {job.repo} is a URL; apply {job.id}/patch.diff instead")]})
         self.layout.job(job.id).result.write_text(result.model_dump_json(indent=2), encoding="utf-8")
         self.log.append(result)
         self.progress.finished(job.id, result.status, result.reason, result.duration_s)

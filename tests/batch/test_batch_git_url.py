@@ -65,11 +65,15 @@ def test_jobs_on_git_urls_run_on_their_base_commit(tmp_path, docker_client, bare
     jobs_file.write_text("".join(json.dumps(j) + "\n" for j in jobs))
     out = tmp_path / "out"
 
-    assert main(["batch", str(jobs_file), "--out", str(out), "-j", "3"]) == 0
+    assert main(["batch", str(jobs_file), "--out", str(out), "-j", "3", "--branch-prefix", "fix/"]) == 0
 
     results = {r["id"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
     assert {k: r["status"] for k, r in results.items()} == {"url-commit": "fixed", "url-pr-ref": "fixed",
                                                             "bare-path": "fixed"}
+    # A URL is never pushed to: no branch, and the result says why instead of staying silent.
+    assert results["url-commit"].get("branch") is None
+    assert any("no branch fix/url-commit" in w for w in results["url-commit"]["warnings"])
+    assert results["bare-path"]["branch"] == "fix/bare-path" and git(bare, "rev-parse", "fix/bare-path")
     main_head = git(bare, "rev-parse", "main")
     assert results["url-commit"]["base_commit"] == commits["first"]
     assert results["url-pr-ref"]["base_commit"] == commits["pr"]
