@@ -64,9 +64,11 @@ class ReplayBackend:
         self._previous: list[str] = []  # rendered prompt + reply of the last request
         self.prompts: list[list[Message]] = []  # what the agent sent, for inspection
 
-    def skip(self, n: int) -> None:
-        """Resume support: the first `n` steps were already taken by an earlier run."""
+    def skip(self, n: int, summaries: int = 0) -> None:
+        """Resume support: the first `n` steps and `summaries` summary answers were already used
+        by an earlier run."""
         self.position = min(n, len(self.steps))
+        self._summary_position = min(summaries, len(self.summaries))
 
     def complete(
         self,

@@ -213,7 +213,8 @@ def execute(plan: RunPlan, *, json_events: bool = False, patch_out: str | None =
             backend = make_backend(plan.model, config)
             stack.callback(backend.close)
             if state is not None and hasattr(backend, "skip"):
-                backend.skip(state.usage.calls)  # replay: the recorded steps were already taken
+                # replay: the recorded steps and compaction summaries were already taken
+                backend.skip(state.usage.calls, state.usage.compaction_calls)
             sandbox = stack.enter_context(open_sandbox(config))
             workspace = SandboxWorkspace(sandbox, workdir)
             stack.callback(workspace.cleanup)
