@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default="1,16")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads for both (0: torch default)")
     p.add_argument("--reps", type=int, default=2, help="interleaved rounds; each time keeps its best")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8"], help="the engine's KV cache format")
     p.add_argument("--quick", action="store_true", help="tiny preset, short generations (CI)")
     a = p.parse_args(argv)
     if a.threads:
@@ -105,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         hf = load_hf(path)
         kv = max(batches) * (a.prompt_len + a.new_tokens) * 2
         engine = Engine(path, EngineConfig(dtype="float32", kv_budget_tokens=kv, page_size=64,
-                                           max_batch_tokens=4096, chunk_size=4096, enable_prefix_cache=False))
+                                           max_batch_tokens=4096, chunk_size=4096, enable_prefix_cache=False,
+                                           kv_cache_dtype=a.kv_cache_dtype))
         vocab = engine.model_config.vocab_size
         # Warm both (lazy imports, allocator first touches) on a throw-away batch.
         time_engine(engine, prompts(2, a.prompt_len, vocab), 2)
@@ -135,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                 # One decode step's matmuls alone, and the decode ratio they cap (every other op at zero).
                 "matmul_floor_ms_per_step": {"engine": round(1e3 * our_floor, 3), "transformers": round(1e3 * hf_floor, 3)},
                 "ceiling_decode_ratio": round(hf_step / our_floor, 2),
+                "kv_cache_dtype": a.kv_cache_dtype, "kv_bytes_per_token": engine.cache_bytes_per_token,
             }), flush=True)
     return 0
 
