@@ -148,3 +148,49 @@ def test_bad_kv_cache_dtype_and_mixed_formats_are_rejected():
         fp8.write_pages(torch.tensor([0]), plain.read_pages(torch.tensor([0])))
     with pytest.raises(TypeError, match="latent_rows"):
         fp8.latent_flat(0)
+
+
+@pytest.mark.parametrize("page_size", [3, 64])  # 3: no flat-row view of the page layout, 2-D indexing
+def test_indexer_gather_is_the_same_with_and_without_the_flat_views(page_size):
+    cfg = ModelConfig.from_dict(REAL_WIDTHS)
+    cache = PagedKVCache(cfg, 4, page_size, torch.float32, kv_cache_dtype="fp8")
+    rows = cache.indexer_rows(0)
+    assert rows.flat_ok == (page_size == 64)
+    slots = torch.randperm(4 * page_size)[: 2 * page_size]
+    rows.write(slots, _rows(slots.numel(), 128, seed=5))
+    page, offset = slots // page_size, slots % page_size
+    by_page = (rows.values[page, offset].view(FP8_DTYPE).float() * rows.scales[page, offset]).to(torch.float32)
+    assert torch.equal(rows.gather(slots), by_page)
+
+
+def test_page_moves_copy_the_fp8_bytes_exactly():
+    """Prefix-cache page copies, read/write_pages (preemption, offload) and the host tier's copies
+    move raw bytes: what comes back reads exactly as what went out."""
+    from inference.engine.host_tier import copy_pages
+
+    cfg = ModelConfig.from_dict(REAL_WIDTHS)
+    dev = PagedKVCache(cfg, 6, 16, torch.bfloat16, kv_cache_dtype="fp8")
+    host = PagedKVCache(cfg, 4, 16, torch.bfloat16, kv_cache_dtype="fp8")
+    slots = torch.arange(32)  # pages 0 and 1
+    for layer in range(len(dev.latent)):
+        dev.latent_rows(layer).write(slots, _rows(32, 576, seed=layer).to(torch.bfloat16))
+    for layer in dev.indexer:
+        dev.indexer_rows(layer).write(slots, _rows(32, 128, seed=10 + layer).to(torch.bfloat16))
+
+    def read(cache, pages):
+        s = torch.cat([torch.arange(p * 16, p * 16 + 16) for p in pages])
+        return [cache.latent_rows(i).gather(s) for i in range(len(cache.latent))] + [
+            cache.indexer_rows(i).gather(s) for i in cache.indexer
+        ]
+
+    want = read(dev, [0, 1])
+    dev.copy_pages(torch.tensor([0, 1]), torch.tensor([4, 5]))  # a prefix hit's page copies
+    assert all(torch.equal(a, b) for a, b in zip(read(dev, [4, 5]), want))
+    copy_pages(dev, [0, 1], host, [2, 3], non_blocking=False)  # spill to the host tier
+    saved = dev.read_pages(torch.tensor([0, 1]))
+    for t in [*dev.latent, *dev.indexer.values()]:
+        t.zero_()
+    copy_pages(host, [2, 3], dev, [1, 0], non_blocking=False)  # restore, pages swapped
+    dev.write_pages(torch.tensor([3, 2]), saved)  # preemption's saved pages, swapped too
+    for got in (read(host, [2, 3]), read(dev, [1, 0]), read(dev, [3, 2])):
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
