@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 TaskFormat = Literal["tb1", "harbor", "swe", "cybergym"]
 
@@ -88,6 +88,10 @@ class RewardFileVerifier(_Model):
     env: dict[str, str] = Field(default_factory=dict)
     collect: list[CollectHook] = Field(default_factory=list)
     artifacts: list[str] = Field(default_factory=list)
+    user: str | None = None  # who runs test.sh; None: the image's USER (never the agent's user)
+    # The network of a `separate` verifier's container (a `shared` one runs in the agent's).
+    network: bool = False
+    allowed_hosts: list[str] = Field(default_factory=list)
 
 
 class SweVerifier(_Model):
@@ -169,7 +173,9 @@ class Task(_Model):
     instruction: str = Field(min_length=1)
     environment: ImageSpec
     workdir: str | None = None  # None: the image's WORKDIR
-    network: bool = False
+    network: bool = False  # the agent phase's network: none, or full...
+    allowed_hosts: list[str] = Field(default_factory=list)  # ...or, when set, only these hosts (egress proxy)
+    user: str | None = None  # the agent's shell and terminal run as this user; None: the image's USER
     env: dict[str, str] = Field(default_factory=dict)
     resources: Resources = Field(default_factory=Resources)
     timeouts: Timeouts = Field(default_factory=Timeouts)
@@ -177,6 +183,12 @@ class Task(_Model):
     solution: Solution | None = None
     terminal: bool = False  # Terminal-Bench: the agent acts through a tmux session
     metadata: dict[str, object] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _allowlist_needs_network(self):
+        if self.allowed_hosts and not self.network:
+            raise ValueError("allowed_hosts: only meaningful with network=True (an allowlist is some network)")
+        return self
 
 
 class TaskLoadError(_Model):

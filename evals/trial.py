@@ -21,8 +21,11 @@ from evals.task import Task
 from evals.tmux import TerminalError, TmuxSession
 from sandbox import Sandbox, SandboxConfig, SandboxError
 from sandbox.images import ImageBuildTimeout
+from sandbox.users import UnknownUser
 
 LOG_DIRS = "/logs/agent /logs/verifier /logs/artifacts /agent-logs"
+AGENT_WRITABLE = "/logs/agent /logs/artifacts /agent-logs"  # when the agent runs as [agent] user
+ROOT = "0"  # the harness's own setup steps; uid 0 exists in every image, named or not
 GRACE_SEC = 30.0
 # Stopping a timed-out build takes up to ~5 s on the engine plus the removal of its build containers.
 BUILD_STOP_GRACE_SEC = 40.0
@@ -86,10 +89,12 @@ class Trial:
         self.notes: list[str] = []
 
     def _config(self, image: str, workdir: str, env: dict[str, str] | None = None, network: bool = False,
-                memory_mb: int | None = None) -> SandboxConfig:
+                memory_mb: int | None = None, allowed_hosts: list[str] | None = None,
+                user: str | None = None) -> SandboxConfig:
         r = self.task.resources
         return SandboxConfig(
-            image=image, workdir=workdir, network=network, env=env or {},
+            image=image, workdir=workdir, network="allowlist" if allowed_hosts else network,
+            allowed_hosts=allowed_hosts or [], user=user, env=env or {},
             memory=f"{memory_mb or r.memory_mb}m", cpus=r.cpus, pids_limit=r.pids_limit,
             labels={"dev.horizon.eval.task": self.task.id[:60], "dev.horizon.eval.run": self.run_label[:60]},
             docker_host=self.engine.docker_host,
@@ -128,9 +133,58 @@ class Trial:
         self.notes += notes
         return tag
 
+    @contextlib.contextmanager
     def _open_sandbox(self, image: str, workdir: str | None = None, env: dict[str, str] | None = None):
-        """A fresh no-network sandbox for grading (verifier, PoC runs)."""
-        return Sandbox.start(self._config(image, workdir or self._workdir(image), env=env))
+        """A fresh sandbox for grading (verifier, PoC runs): no network unless the verifier has its
+        own network_mode; commands as the verifier's user when it names one."""
+        v = self.task.verifier
+        config = self._config(image, workdir or self._workdir(image), env=env, network=getattr(v, "network", False),
+                              allowed_hosts=getattr(v, "allowed_hosts", None))
+        with Sandbox.start(config) as sb:
+            user = getattr(v, "user", None)
+            yield sb if user is None else self._as_verifier(sb, user)
+
+    def _image_user(self, tag: str) -> str:
+        return (self.engine.client.images.get(tag).attrs.get("Config") or {}).get("User") or ROOT
+
+    def _as_verifier(self, sb, user: str):
+        """`sb` as the verifier's user, with fresh verifier and tests folders it owns (made by root:
+        it may not create folders in / itself, and nothing the agent left there survives)."""
+        try:
+            view = sb.as_user(user)
+        except UnknownUser as exc:
+            raise InfraError("task_invalid", f"task.toml [verifier] user: {exc}") from exc
+        prepared = sb.exec_once(["sh", "-c", 'rm -rf /logs/verifier /tests && mkdir -p /logs/verifier /tests '
+                                             '/logs/artifacts && chown "$1" /logs/verifier /tests', "sh",
+                                 f"{view.uid}:{view.gid}"], timeout=30, user=ROOT)
+        if prepared.exit_code != 0:
+            raise InfraError("verifier_crashed", f"preparing the verifier for user {user!r} failed: "
+                                                 f"{prepared.output.strip()[:500]}")
+        return view
+
+    def _start_agent_sandbox(self, tag: str, workdir: str):
+        task = self.task
+        config = self._config(tag, workdir, env=task.env, network=task.network, allowed_hosts=task.allowed_hosts,
+                              user=task.user)
+        try:
+            sb = Sandbox.start(config)
+        except UnknownUser as exc:
+            raise InfraError("task_invalid", f"task.toml [agent] user: {exc}") from exc
+        try:
+            if task.user is None:
+                sb.exec_once(["bash", "-c", f"mkdir -p {LOG_DIRS} {workdir}"], timeout=30)
+                return sb
+            # Set up as root, then open what the agent (and the oracle's /solution) must write to.
+            staging = task.solution.container_dir if self.agent.name == "oracle" and hasattr(task.solution, "container_dir") else ""
+            script = (f'mkdir -p {LOG_DIRS} && chmod 777 {AGENT_WRITABLE} && for d in "$2" "$3"; do '
+                      '[ -z "$d" ] || [ -d "$d" ] || { mkdir -p "$d" && chown "$1" "$d"; }; done')
+            prepared = sb.exec_once(["sh", "-c", script, "sh", task.user, workdir, staging], timeout=30, user=ROOT)
+            if prepared.exit_code != 0:
+                raise SandboxError(f"preparing the sandbox for user {task.user!r} failed: {prepared.output.strip()[:500]}")
+            return sb
+        except BaseException:
+            sb.close()
+            raise
 
     def _run_agent(self, sb, workdir: str) -> AgentOutcome:
         terminal = None
@@ -155,6 +209,12 @@ class Trial:
                     (self.trial_dir / "post-agent-pane.txt").write_text(terminal.capture(True), encoding="utf-8")
 
     def _grade(self, sb, tag: str) -> Grade:
+        v = self.task.verifier
+        shared = getattr(v, "environment_mode", None) == "shared"
+        verifier_user = getattr(v, "user", None) if shared else None  # a separate one applies it in its own sandbox
+        if verifier_user or self.task.user:
+            # Harbor: test.sh (and collect hooks) run as [verifier] user, else the image's USER, never the agent's.
+            sb = self._as_verifier(sb, verifier_user or self._image_user(tag))
         ctx = GradeContext(task=self.task, sandbox=sb, timeout=self.timeouts.verifier_sec, env_image=tag,
                            builder=self.engine.builder, open_sandbox=self._open_sandbox, trial_dir=self.trial_dir)
         started = time.monotonic()
@@ -174,9 +234,7 @@ class Trial:
         try:
             tag = self._build()
             workdir = self._workdir(tag)
-            config = self._config(tag, workdir, env=self.task.env, network=self.task.network)
-            with Sandbox.start(config) as sb:
-                sb.exec_once(["bash", "-c", f"mkdir -p {LOG_DIRS} {workdir}"], timeout=30)
+            with self._start_agent_sandbox(tag, workdir) as sb:
                 outcome = self._run_agent(sb, workdir)
                 grade = self._grade(sb, tag)
         except InfraError as exc:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sandbox.constants import BASE_IMAGE
+from sandbox.egress_hosts import NetworkMode, parse_allowed_host
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.I)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
@@ -66,11 +67,18 @@ class SandboxConfig(BaseModel):
     image: str = BASE_IMAGE
     workdir: str = "/workspace"
     env: dict[str, str] = Field(default_factory=dict)
-    network: bool = False
+    # "none", "full", or "allowlist" (egress only to `allowed_hosts`, through a proxy); True/False
+    # mean "full"/"none". The value is falsy only for "none", so `if config.network:` still reads
+    # "has some network".
+    network: NetworkMode = NetworkMode.NONE
+    allowed_hosts: list[str] = Field(default_factory=list)  # "host", "*.domain", "host:port", "10.0.0.5"
+    egress_network: str = "bridge"  # the Docker network the allowlist proxy reaches the outside through
     memory: int | str = "1g"  # normalized to bytes
     cpus: float = 1.0
     pids_limit: int = 512
-    user: str | None = None  # "name", "uid" or "uid:gid"; None = the image's user
+    # Commands, the shell and written files run as / belong to this user ("name", "uid" or "uid:gid");
+    # None = the image's user. The container itself runs as the image's user.
+    user: str | None = None
     read_only_root: bool = False  # with a writable workdir and /tmp (tmpfs) unless a mount covers them
     mounts: list[Mount] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
@@ -85,6 +93,39 @@ class SandboxConfig(BaseModel):
         if not v or v.strip() != v or " " in v:
             raise ValueError(f"image: expected an image reference like {BASE_IMAGE!r}, got {v!r}")
         return v
+
+    @field_validator("network", mode="before")
+    @classmethod
+    def _network(cls, v):
+        if isinstance(v, bool):
+            return NetworkMode.FULL if v else NetworkMode.NONE
+        if isinstance(v, str) and v in NetworkMode._value2member_map_:
+            return NetworkMode(v)
+        if isinstance(v, NetworkMode):
+            return v
+        raise ValueError(f"network: expected 'none', 'full', 'allowlist' or a boolean, got {v!r}")
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _allowed_hosts(cls, v: list[str]) -> list[str]:
+        for i, entry in enumerate(v):
+            parse_allowed_host(entry, f"allowed_hosts[{i}]")
+        return v
+
+    @field_validator("egress_network")
+    @classmethod
+    def _egress_network(cls, v: str) -> str:
+        if not v or v in ("none", "host") or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", v):
+            raise ValueError(f"egress_network: expected the name of a Docker bridge network, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _allowlist_consistent(self):
+        if self.network is NetworkMode.ALLOWLIST and not self.allowed_hosts:
+            raise ValueError("allowed_hosts: network='allowlist' needs at least one host (use network='none' for none)")
+        if self.network is not NetworkMode.ALLOWLIST and self.allowed_hosts:
+            raise ValueError(f"allowed_hosts: only used with network='allowlist', got network={self.network.value!r}")
+        return self
 
     @field_validator("workdir")
     @classmethod

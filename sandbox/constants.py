@@ -14,6 +14,10 @@ LABEL_VALUE = "1"
 # Identifies the run (test session, eval run) that created a container; from $HORIZON_RUN_ID.
 RUN_LABEL_KEY = "dev.horizon.run"
 
+# What a labelled object is, besides sandboxes themselves: "egress" (an allowlist sandbox's proxy
+# container and internal network).
+ROLE_LABEL_KEY = "dev.horizon.role"
+
 # Image label holding the hash of the base-image recipe: an unchanged recipe is reused.
 RECIPE_LABEL_KEY = "dev.horizon.recipe"
 

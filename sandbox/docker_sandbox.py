@@ -16,11 +16,14 @@ from sandbox.capture import HeadTailBuffer, render_output
 from sandbox.config import SandboxConfig, format_size
 from sandbox.constants import LABEL_KEY, LABEL_VALUE, RUN_LABEL_KEY, run_id
 from sandbox.docker_client import connect
+from sandbox.egress import Egress
+from sandbox.egress_hosts import NetworkMode
 from sandbox.exec_tar import ExecTar
 from sandbox.errors import ContainerDied, ImageNotFound, SandboxClosed, SandboxError, SandboxTimeout
 from sandbox.result import ExecResult
 from sandbox.shell import SHELL_ARGV, PersistentShell, RawResult, ShellDied
 from sandbox.shell_protocol import SPOOL_DIR
+from sandbox.users import SandboxAsUser, UnknownUser
 
 # The few capabilities a root shell needs to manage files and its own processes.
 CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE"]
@@ -43,8 +46,9 @@ def _close_all_at_exit() -> None:
 class Sandbox:
     """Use `Sandbox.start(config)` as a context manager; close() always removes the container."""
 
-    def __init__(self, config: SandboxConfig, client, container):
+    def __init__(self, config: SandboxConfig, client, container, egress: Egress | None = None):
         self.config = config
+        self.egress = egress  # the allowlist proxy and internal network, when network="allowlist"
         self._client = client
         self._container = container
         self.container_id: str = container.id
@@ -77,10 +81,20 @@ class Sandbox:
 
     @classmethod
     def _start_once(cls, client, config: SandboxConfig) -> Sandbox:
-        container = _create_container(client, config)
-        sandbox = cls(config, client, container)
+        egress = None
+        try:
+            if config.network is NetworkMode.ALLOWLIST:
+                egress = Egress.start(client, config)
+            container = _create_container(client, config, egress)
+        except BaseException as exc:
+            if egress is not None:
+                egress.close()
+            _raise_start_error(exc, config)
+        sandbox = cls(config, client, container, egress)
         try:
             container.start()
+            if config.user:
+                sandbox._check_user()
             sandbox._shell = PersistentShell(sandbox._spawn_shell, start_timeout=config.start_timeout,
                                              put_file=sandbox._put_shell_file, adopt_orphans=True)
         except TimeoutError as exc:
@@ -92,16 +106,16 @@ class Sandbox:
             raise (died or SandboxError(f"the sandbox shell exited at start (code {exc.exit_code}): {exc.stderr}")) from None
         except BaseException as exc:
             sandbox.close()
-            if isinstance(exc, SandboxError):
-                raise
-            import docker
-
-            if isinstance(exc, docker.errors.APIError):
-                if exc.is_server_error():
-                    raise _TransientStartError(exc.explanation or str(exc)) from exc
-                raise SandboxError(f"starting a sandbox from {config.image} failed: {exc.explanation or exc}") from exc
-            raise
+            _raise_start_error(exc, config)
         return sandbox
+
+    def _check_user(self) -> None:
+        """The container runs as the image's user (so a harness step run as root keeps root's
+        capabilities); commands run as `config.user`, which must exist before the shell starts."""
+        probe = self.exec_once(["id", "-u"], timeout=30)
+        if probe.exit_code != 0 or not probe.output.strip().isdigit():
+            raise UnknownUser(self.config.user, f"user: {self.config.user!r} does not exist in image {self.config.image} "
+                                                f"(expected a user of its /etc/passwd, or a numeric uid)")
 
     def _spawn_shell(self) -> AttachedProcess:
         return AttachedProcess(self._client, self.container_id, SHELL_ARGV, user=self.config.user,
@@ -128,6 +142,8 @@ class Sandbox:
             self._container.remove(force=True, v=True)
         except Exception:
             pass  # already gone; `horizon sandbox gc` catches anything a dead engine left behind
+        if self.egress is not None:
+            self.egress.close()
         try:
             self._client.close()  # each sandbox owns its client; long eval runs must not leak sockets
         except Exception:
@@ -252,6 +268,15 @@ class Sandbox:
         output, truncated = render_output(*buf.parts(), buf.total)
         return ExecResult(124 if timed_out else int(code), output, timed_out, truncated, duration, False, buf.total)
 
+    def as_user(self, user: str) -> SandboxAsUser:
+        """This container, with exec_once and file writes as `user`; UnknownUser when it does not exist."""
+        self._check_open()
+        return SandboxAsUser(self, user)
+
+    def egress_log(self) -> list[dict]:
+        """The allowlist proxy's decisions ({"event": "allow"|"deny"|"error", "host", "port", ...})."""
+        return self.egress.log() if self.egress is not None else []
+
     # -- files ---------------------------------------------------------------------------------
     def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
         self._check_open()
@@ -289,11 +314,33 @@ class Sandbox:
             raise SandboxClosed(f"sandbox {self.container_id[:12]} is closed")
 
 
-def _create_container(client, config: SandboxConfig):
+def _raise_start_error(exc: BaseException, config: SandboxConfig):
+    """Re-raise a failure of starting a sandbox as the SandboxError that says what to do about it."""
+    import docker
+
+    if isinstance(exc, SandboxError) or not isinstance(exc, docker.errors.APIError):
+        raise exc
+    message = exc.explanation or str(exc)
+    if config.user and "unable to find user" in str(message).lower():
+        raise UnknownUser(config.user, f"user: {config.user!r} does not exist in image {config.image} "
+                                       f"(expected a user of its /etc/passwd, or a numeric uid): {message}") from exc
+    if exc.is_server_error():
+        raise _TransientStartError(message) from exc
+    raise SandboxError(f"starting a sandbox from {config.image} failed: {message}") from exc
+
+
+def _network_mode(config: SandboxConfig, egress: Egress | None) -> str:
+    if egress is not None:
+        return egress.network_name
+    return "bridge" if config.network is NetworkMode.FULL else "none"
+
+
+def _create_container(client, config: SandboxConfig, egress: Egress | None = None):
     import docker
     from docker.types import Mount as DockerMount
 
     labels = {**config.labels, LABEL_KEY: LABEL_VALUE, RUN_LABEL_KEY: run_id()}
+    env = {**config.env, **(egress.env() if egress is not None else {})}
     mounts = [DockerMount(m.target, m.source, type="bind", read_only=m.read_only) for m in config.mounts]
     tmpfs = {}
     if config.read_only_root:
@@ -302,9 +349,12 @@ def _create_container(client, config: SandboxConfig):
     try:
         return client.containers.create(
             config.image, command=["sleep", "infinity"], name=f"horizon-sb-{secrets.token_hex(6)}",
-            init=True, detach=True, hostname="sandbox", working_dir=config.workdir, environment=dict(config.env),
-            user=config.user or None, labels=labels, mounts=mounts, tmpfs=tmpfs, read_only=config.read_only_root,
-            network_mode="bridge" if config.network else "none",
+            init=True, detach=True, hostname="sandbox", working_dir=config.workdir, environment=env,
+            labels=labels, mounts=mounts, tmpfs=tmpfs, read_only=config.read_only_root,
+            network_mode=_network_mode(config, egress),
+            # Names are resolved by the proxy; the internal network's resolver never answers for
+            # outside names, so make a tool that asks it fail in ~2 s instead of 20.
+            dns_opt=["timeout:1", "attempts:1"] if egress is not None else None,
             mem_limit=config.memory_bytes, memswap_limit=config.memory_bytes,
             nano_cpus=int(config.cpus * 1e9), pids_limit=config.pids_limit,
             cap_drop=["ALL"], cap_add=CAPABILITIES, security_opt=["no-new-privileges"],

@@ -1,8 +1,10 @@
-"""Remove sandbox containers that crashed runs left behind (found by their label)."""
+"""Remove sandbox containers (and allowlist sandboxes' egress networks) that crashed runs left
+behind, found by their label."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 import time
 
 from sandbox.constants import LABEL_KEY, LABEL_VALUE, RUN_LABEL_KEY
@@ -14,6 +16,7 @@ class Removed:
     name: str
     run_id: str
     age_seconds: float
+    kind: str = "container"  # or "network"
 
 
 def collect_garbage(*, older_than: float = 0.0, run_id: str | None = None, docker_client=None,
@@ -35,7 +38,28 @@ def collect_garbage(*, older_than: float = 0.0, run_id: str | None = None, docke
             continue  # removed concurrently by its own sandbox
         name = (row.get("Names") or [row["Id"][:12]])[0].lstrip("/")
         removed.append(Removed(name, (row.get("Labels") or {}).get(RUN_LABEL_KEY, ""), age))
+    # After the containers: a network cannot be removed while a container is attached to it.
+    for net in client.api.networks(filters={"label": label}):
+        age = now - _created(net.get("Created"))
+        if age < older_than:
+            continue
+        try:
+            client.api.remove_network(net["Id"])
+        except Exception:  # noqa: BLE001 - gone already, or still in use by a live sandbox
+            continue
+        removed.append(Removed(net.get("Name", net["Id"][:12]), (net.get("Labels") or {}).get(RUN_LABEL_KEY, ""),
+                               age, kind="network"))
     return removed
+
+
+def _created(text) -> float:
+    """Docker's network timestamps ('2026-12-01T04:12:35.123456789Z') -> Unix seconds (0 if unreadable)."""
+    try:
+        head, _, frac = str(text).rstrip("Z").partition(".")
+        stamp = datetime.fromisoformat(head.split("+")[0] + "+00:00").timestamp()
+        return stamp + float("0." + "".join(c for c in frac if c.isdigit())[:6] or 0)
+    except ValueError:
+        return 0.0
 
 
 def parse_duration(text: str) -> float:

@@ -3,28 +3,46 @@ environment/, solution/solve.sh, tests/test.sh writing /logs/verifier/reward.txt
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evals.adapters.errors import TaskFileError, from_validation
 from evals.task import CollectHook, ImageSpec, Resources, RewardFileVerifier, ScriptSolution, Task, Timeouts
+from sandbox.egress_hosts import parse_allowed_host
 
 NetworkMode = Literal["no-network", "public", "allowlist"]
+# A user name from /etc/passwd, a uid, or either with ":group".
+_USER = re.compile(r"^(?:[a-z_][a-z0-9_.-]*\$?|\d+)(?::(?:[a-z_][a-z0-9_.-]*|\d+))?$", re.I)
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class AgentSection(_Section):
+class _PhaseSection(_Section):
+    user: str | int | None = None
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str | int | None) -> str | None:
+        if v is None:
+            return None
+        text = str(v)
+        if isinstance(v, bool) or (isinstance(v, int) and v < 0) or not _USER.match(text):
+            raise ValueError(f"expected a user name, a uid, or either with ':group' (e.g. 'agent' or '1000:1000'), got {v!r}")
+        return text
+
+
+class AgentSection(_PhaseSection):
     timeout_sec: float = Field(600.0, gt=0)
     network_mode: NetworkMode | None = None
 
 
-class VerifierSection(_Section):
+class VerifierSection(_PhaseSection):
     timeout_sec: float = Field(600.0, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
     environment_mode: Literal["shared", "separate"] = "shared"
@@ -41,6 +59,7 @@ class EnvironmentSection(_Section):
     workdir: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     network_mode: NetworkMode = "no-network"
+    allowed_hosts: list[str] = Field(default_factory=list)  # for network_mode = "allowlist"
     allow_internet: bool | None = None  # deprecated spelling of network_mode
 
 
@@ -75,6 +94,29 @@ def _environment(folder: Path, env: EnvironmentSection) -> ImageSpec:
     raise TaskFileError("environment/Dockerfile", "environment.docker_image", "no Dockerfile and no prebuilt image")
 
 
+def _network(env: EnvironmentSection, phase_mode: NetworkMode | None, phase: str) -> tuple[bool, list[str]]:
+    """A phase's network as (network, allowed_hosts): its own network_mode, else the environment's."""
+    mode = phase_mode or env.network_mode
+    field = f"{phase}.network_mode" if phase_mode else "environment.network_mode"
+    if phase_mode is None and mode == "no-network" and env.allow_internet:
+        mode = "public"
+    if mode != "allowlist":
+        return mode == "public", []
+    if not env.allowed_hosts:
+        raise TaskFileError("task.toml", "environment.allowed_hosts",
+                            f"{field} = 'allowlist' needs a non-empty allowed_hosts list (e.g. ['pypi.org:443'])")
+    return True, list(env.allowed_hosts)
+
+
+def _check_allowed_hosts(env: EnvironmentSection) -> None:
+    for i, entry in enumerate(env.allowed_hosts):
+        try:
+            parse_allowed_host(entry, "allowed_hosts")
+        except ValueError as exc:
+            raise TaskFileError("task.toml", f"environment.allowed_hosts[{i}]",
+                                str(exc).removeprefix("allowed_hosts: ")) from None
+
+
 def load_harbor(folder: Path, task_id: str) -> Task:
     raw = _read_toml(folder / "task.toml")
     try:
@@ -91,9 +133,12 @@ def load_harbor(folder: Path, task_id: str) -> Task:
     if not (tests / "test.sh").is_file():
         raise TaskFileError("tests/test.sh", None, "missing: Harbor tasks are graded by tests/test.sh")
     env = spec.environment
-    network = env.network_mode != "no-network" or bool(env.allow_internet)
-    if spec.agent.network_mode is not None:
-        network = spec.agent.network_mode != "no-network"
+    _check_allowed_hosts(env)
+    network, allowed_hosts = _network(env, spec.agent.network_mode, "agent")
+    # A separate verifier defaults to no network (grading from artifacts); only its own
+    # network_mode gives it one. A shared verifier runs in the agent's container and network.
+    verifier_network, verifier_hosts = (_network(env, spec.verifier.network_mode, "verifier")
+                                        if spec.verifier.network_mode else (False, []))
     verifier_image = ImageSpec(context_dir=tests) if (tests / "Dockerfile").is_file() else None
     solve = folder / "solution"
     solution = None
@@ -107,6 +152,8 @@ def load_harbor(folder: Path, task_id: str) -> Task:
         environment=_environment(folder, env),
         workdir=env.workdir,
         network=network,
+        allowed_hosts=allowed_hosts,
+        user=spec.agent.user,
         env=env.env,
         resources=Resources(cpus=env.cpus, memory_mb=env.memory_mb),
         timeouts=Timeouts(
@@ -119,6 +166,9 @@ def load_harbor(folder: Path, task_id: str) -> Task:
             env=spec.verifier.env,
             collect=spec.verifier.collect,
             artifacts=spec.verifier.artifacts or spec.artifacts,
+            user=spec.verifier.user,
+            network=verifier_network,
+            allowed_hosts=verifier_hosts,
         ),
         solution=solution,
         terminal=True,
