@@ -99,6 +99,7 @@ def describe(path: Path) -> dict:
         "shards": len(set(files.values())),
         "kv_bytes_per_token_bf16": kv_bytes_per_token(config, torch.bfloat16),
         "kv_bytes_per_token_fp32": kv_bytes_per_token(config, torch.float32),
+        "kv_bytes_per_token_fp8": kv_bytes_per_token(config, torch.bfloat16, "fp8"),
     }
 
 
@@ -118,5 +119,6 @@ def _info(args: argparse.Namespace) -> int:
           f"{info['shards']} shard(s){', FP8 block-quantized' if info['fp8_weights'] else ''}")  # fmt: skip
     for key, value in info["config"].items():
         print(f"  {key:>14}: {value}")
-    print(f"  KV cache/token: {info['kv_bytes_per_token_bf16']:,} B bf16, {info['kv_bytes_per_token_fp32']:,} B fp32")
+    print(f"  KV cache/token: {info['kv_bytes_per_token_bf16']:,} B bf16, {info['kv_bytes_per_token_fp8']:,} B fp8 "
+          f"(fp8_ds_mla), {info['kv_bytes_per_token_fp32']:,} B fp32")
     return 0

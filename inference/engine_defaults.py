@@ -53,7 +53,7 @@ def default_kv_budget_tokens(checkpoint_path: str | Path, config) -> int:
         model = ModelConfig.from_pretrained(checkpoint_path)
     except (ConfigError, OSError, ValueError) as exc:
         raise EngineSettingsError(f"{checkpoint_path}: cannot read the model config: {exc}") from None
-    per_token = kv_bytes_per_token(model, getattr(torch, config.dtype))
+    per_token = kv_bytes_per_token(model, getattr(torch, config.dtype), config.kv_cache_dtype)
     page = config.page_size
     wanted = -(-(model.max_position_embeddings + config.num_speculative_tokens) // page) * page
     capped = min(wanted, DEFAULT_KV_TOKENS_CAP, DEFAULT_KV_BYTES_CAP // per_token)

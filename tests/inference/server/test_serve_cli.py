@@ -81,3 +81,20 @@ def test_default_engine_config_covers_the_context_and_keeps_overrides(tiny_check
         assert str(exc) == "max_running: got 0 (input should be greater than or equal to 1)"
     else:
         raise AssertionError("max_running=0 was accepted")
+
+
+def test_default_budget_counts_the_kv_formats_real_bytes(tiny_checkpoint, monkeypatch):
+    """Under the byte cap an FP8 cache holds more tokens than a model-dtype one, in proportion."""
+    import torch
+
+    from inference import engine_defaults
+    from inference.config import ModelConfig
+    from inference.kv_cache import kv_bytes_per_token
+
+    cfg = ModelConfig.from_pretrained(tiny_checkpoint)
+    monkeypatch.setattr(engine_defaults, "DEFAULT_KV_BYTES_CAP", 1000 * kv_bytes_per_token(cfg, torch.bfloat16))
+    plain = engine_defaults.default_engine_config(tiny_checkpoint, dtype="bfloat16", page_size=16)
+    fp8 = engine_defaults.default_engine_config(tiny_checkpoint, dtype="bfloat16", page_size=16, kv_cache_dtype="fp8")
+    assert plain.kv_budget_tokens == 992  # 1000 tokens' bytes, in whole pages
+    cap_tokens = 1000 * kv_bytes_per_token(cfg, torch.bfloat16) // kv_bytes_per_token(cfg, torch.bfloat16, "fp8")
+    assert fp8.kv_budget_tokens == cap_tokens // 16 * 16 > plain.kv_budget_tokens
