@@ -100,15 +100,17 @@ __hz_reap() {
   # $1: the command's token, $2: the shell's pid, $3: 1 to take init's orphans too (containers).
   # Builtins only: forking may be impossible here.
   # A process belongs to the command if it carries the command's __HZ_CMD (exec'd programs), or
-  # if it started after the command did and either sits in the shell's process group (forked
-  # subshells, which keep the shell's environment block), is the shell's own child (setsid left
-  # the group, env -i dropped the marker) or is an orphan adopted by init (a daemonising double
-  # fork; when a parent above is killed its children are adopted too, and the next round finds
-  # them) — the last only in a container ($3 = 1), where init and every process are the
-  # sandbox's; on a host, init adopts other people's daemons. `docker exec` processes (MCP
-  # servers, file transfers) have parent 0, never 1.
-  local round quiet=0 p e line start=0 shell_pgid=-1
-  local -a env f found
+  # if it started after the command did and its parent is the shell or also started after the
+  # command (forked subshells keep the shell's environment block; setsid and env -i escape the
+  # process group and the marker, not the ancestry). A new child of an older process is not
+  # the command's: a background job of an earlier command keeps forking in the shell's process
+  # group. Orphans adopted by init (a daemonising double fork, or children of a process killed
+  # in an earlier round) count when they are in the shell's process group, and in a container
+  # ($3 = 1), where init and every process are the sandbox's, always; on a host init also
+  # adopts other people's daemons. `docker exec` processes (MCP servers, file transfers) have
+  # parent 0, never 1.
+  local round quiet=0 p e line start=0 shell_pgid=-1 pstart
+  local -a env f g found
   kill -USR1 "$2" 2>/dev/null
   read -r start < "$__hz_dir/start"
   if read -r line < "/proc/$2/stat"; then f=(${line##*) }); shell_pgid=${f[2]}; fi
@@ -122,8 +124,14 @@ __hz_reap() {
       read -r line 2>/dev/null < "/proc/$p/stat" || continue
       f=(${line##*) })
       [[ ${f[0]} == Z ]] && continue  # already dead, waiting to be reaped
-      if (( f[19] >= start && (f[2] == shell_pgid || f[1] == $2 || ($3 == 1 && f[1] == 1)) )); then
-        kill -STOP "$p" 2>/dev/null; found+=("$p"); continue
+      if (( f[19] >= start )); then
+        pstart=-1
+        if (( f[1] > 1 && f[1] != $2 )) && read -r line 2>/dev/null < "/proc/${f[1]}/stat"; then
+          g=(${line##*) }); pstart=${g[19]}
+        fi
+        if (( f[1] == $2 || pstart >= start || (f[1] == 1 && ($3 == 1 || f[2] == shell_pgid)) )); then
+          kill -STOP "$p" 2>/dev/null; found+=("$p"); continue
+        fi
       fi
       mapfile -d '' env 2>/dev/null < "/proc/$p/environ" || continue
       for e in "${env[@]}"; do
