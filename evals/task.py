@@ -89,7 +89,8 @@ class RewardFileVerifier(_Model):
     collect: list[CollectHook] = Field(default_factory=list)
     artifacts: list[str] = Field(default_factory=list)
     user: str | None = None  # who runs test.sh; None: the image's USER (never the agent's user)
-    # The network of a `separate` verifier's container (a `shared` one runs in the agent's).
+    # The verifier's network. A `separate` verifier's container gets it; a `shared` one runs in the
+    # agent's container, which is taken off the network when this is off (it cannot gain one).
     network: bool = False
     allowed_hosts: list[str] = Field(default_factory=list)
 

@@ -212,6 +212,10 @@ class Trial:
         v = self.task.verifier
         shared = getattr(v, "environment_mode", None) == "shared"
         verifier_user = getattr(v, "user", None) if shared else None  # a separate one applies it in its own sandbox
+        if shared and self.task.network and not v.network:
+            sb.disconnect_network()  # [verifier] network_mode = "no-network" after an agent with network
+        elif shared and v.network and (not self.task.network or v.allowed_hosts != self.task.allowed_hosts):
+            self.notes.append("the shared verifier ran with the agent's network: a container cannot gain one")
         if verifier_user or self.task.user:
             # Harbor: test.sh (and collect hooks) run as [verifier] user, else the image's USER, never the agent's.
             sb = self._as_verifier(sb, verifier_user or self._image_user(tag))

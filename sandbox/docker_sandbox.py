@@ -273,6 +273,15 @@ class Sandbox:
         self._check_open()
         return SandboxAsUser(self, user)
 
+    def disconnect_network(self) -> None:
+        """Take the sandbox off every network it is on (loopback stays): for a later phase that must
+        have none. There is no way back on; a "none" sandbox has nothing to take off."""
+        self._check_open()
+        self._container.reload()
+        for name in (self._container.attrs.get("NetworkSettings") or {}).get("Networks") or {}:
+            if name != "none":
+                self._client.api.disconnect_container_from_network(self.container_id, name, force=True)
+
     def egress_log(self) -> list[dict]:
         """The allowlist proxy's decisions ({"event": "allow"|"deny"|"error", "host", "port", ...})."""
         return self.egress.log() if self.egress is not None else []

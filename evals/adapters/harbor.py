@@ -135,10 +135,14 @@ def load_harbor(folder: Path, task_id: str) -> Task:
     env = spec.environment
     _check_allowed_hosts(env)
     network, allowed_hosts = _network(env, spec.agent.network_mode, "agent")
-    # A separate verifier defaults to no network (grading from artifacts); only its own
-    # network_mode gives it one. A shared verifier runs in the agent's container and network.
-    verifier_network, verifier_hosts = (_network(env, spec.verifier.network_mode, "verifier")
-                                        if spec.verifier.network_mode else (False, []))
+    # A separate verifier defaults to no network (grading from artifacts); a shared one to the
+    # agent's (same container). Its own network_mode overrides either.
+    if spec.verifier.network_mode:
+        verifier_network, verifier_hosts = _network(env, spec.verifier.network_mode, "verifier")
+    elif spec.verifier.environment_mode == "shared":
+        verifier_network, verifier_hosts = network, allowed_hosts
+    else:
+        verifier_network, verifier_hosts = False, []
     verifier_image = ImageSpec(context_dir=tests) if (tests / "Dockerfile").is_file() else None
     solve = folder / "solution"
     solution = None

@@ -58,7 +58,9 @@ def test_network_modes_and_users_map_onto_the_task(tmp_path):
     hosts = 'allowed_hosts = ["pypi.org:443", "*.debian.org"]'
     _task(tmp_path, "allow", environment=f'network_mode = "allowlist"\n{hosts}', agent='user = "agent"',
           verifier='user = 4102\nenvironment_mode = "separate"\nnetwork_mode = "public"')
-    _task(tmp_path, "public-agent-only", environment='network_mode = "no-network"', agent='network_mode = "public"')
+    _task(tmp_path, "public-agent-only", environment='network_mode = "no-network"', agent='network_mode = "public"',
+          verifier='environment_mode = "separate"')
+    _task(tmp_path, "shared", environment=f'network_mode = "allowlist"\n{hosts}')
     _task(tmp_path, "legacy", environment="allow_internet = true")
     _task(tmp_path, "closed", environment=f'network_mode = "allowlist"\n{hosts}', agent='network_mode = "no-network"')
     tasks = _load(tmp_path)
@@ -68,6 +70,8 @@ def test_network_modes_and_users_map_onto_the_task(tmp_path):
     assert (v.user, v.network, v.allowed_hosts) == ("4102", True, [])
     assert (tasks["public-agent-only"].network, tasks["public-agent-only"].allowed_hosts) == (True, [])
     assert tasks["public-agent-only"].verifier.network is False  # a separate verifier gets none unless it asks
+    shared = tasks["shared"].verifier  # a shared one has the agent's, in the agent's container
+    assert (shared.network, shared.allowed_hosts) == (True, ["pypi.org:443", "*.debian.org"])
     assert tasks["legacy"].network is True and tasks["closed"].network is False
 
 
@@ -168,3 +172,16 @@ def test_allowlist_task_reaches_only_its_host(http_servers, tmp_path):
     result = _results(tmp_path / "out")["allowlist"]
     output = (tmp_path / "out" / "trials" / "allowlist" / "attempt-0" / "verifier-output.txt").read_text()
     assert result.status == "resolved", (result, output)
+
+
+@pytest.mark.docker
+def test_shared_verifier_without_network_is_taken_off_the_agents(eval_docker, tmp_path):
+    solve = "#!/bin/bash\nls /sys/class/net | sort | tr '\\n' ' ' > /app/agent-nets.txt\n"
+    test = ('#!/bin/bash\nagent=$(cat /app/agent-nets.txt); mine=$(ls /sys/class/net | tr "\\n" " ")\n'
+            'echo "agent=[$agent] verifier=[$mine]"\n'
+            'if [ "$agent" = "eth0 lo " ] && [ "$mine" = "lo " ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n')
+    _task(tmp_path / "suite", "cut", environment='network_mode = "public"', verifier='network_mode = "no-network"',
+          solve=solve, test=test, dockerfile=f"FROM {BASE_IMAGE}\nRUN mkdir -p /app\nWORKDIR /app\n")
+    run_eval(tmp_path / "suite", RunOptions(agent="oracle", out_dir=tmp_path / "out", progress=False))
+    output = (tmp_path / "out" / "trials" / "cut" / "attempt-0" / "verifier-output.txt").read_text()
+    assert _results(tmp_path / "out")["cut"].status == "resolved", output

@@ -75,6 +75,9 @@ def test_allowlist_by_ip_on_the_default_bridge(upstreams, docker_client):
         assert py.exit_code != 0 and ("unreachable" in py.output or "timed out" in py.output), py.output
         denials = [e for e in sb.egress_log() if e["event"] == "deny"]
         assert {(e["host"], e["port"]) for e in denials} == {(denied, 8000)}
+        sb.disconnect_network()  # a later phase with no network: not even the proxy is reachable
+        assert sb.exec(f"curl -sS -m 3 http://{allowed}:8000/").exit_code in (7, 28)
+        assert sb.exec("ls /sys/class/net").output.split() == ["lo"]
         proxy_id, network = sb.egress.proxy.id, sb.egress.network_name
     containers, networks = _ours(docker_client)
     assert proxy_id not in containers and network not in {docker_client.networks.get(n).name for n in networks}
