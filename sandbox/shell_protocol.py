@@ -28,6 +28,7 @@ SPOOL_DIR = "/tmp/.horizon"
 SHELL_PRELUDE = r"""
 set +o history +m
 mkdir -p "$__hz_dir" 2>/dev/null; chmod 700 "$__hz_dir" 2>/dev/null
+exec {__hz_pause_fd}<> <(:)  # read -t on it sleeps without forking
 __hz_oom_kills() {  # sets __hz_oomn (no subshell: this runs around every command)
   local line n=0
   if [[ -r /sys/fs/cgroup/memory/memory.oom_control ]]; then
@@ -39,10 +40,17 @@ __hz_oom_kills() {  # sets __hz_oomn (no subshell: this runs around every comman
 }
 __hz_now() { local up; read -r up _ < /proc/uptime; __hz_cs=$(( 10#${up/./} )); }  # centiseconds = ticks
 __hz_mark_start() {
-  # The reaper treats forked subshells started at or after this tick as the command's. A tick
-  # shared with the previous command's end is skipped, so its background jobs are never taken.
+  # The reaper treats the shell's descendants started at or after this tick as the command's.
+  # When the previous command ended in this same tick and left background jobs, one of them may
+  # have forked in it too: wait for the next tick (at most 10 ms, only then), so neither is taken
+  # for the other. Without live jobs, start at once.
   __hz_now
-  (( __hz_cs <= __hz_end_cs )) && __hz_cs=$(( __hz_end_cs + 1 ))
+  if (( __hz_cs <= __hz_end_cs )); then
+    builtin jobs -p > "$__hz_dir/jobs" 2>/dev/null
+    if [[ -s $__hz_dir/jobs ]]; then
+      while (( __hz_cs <= __hz_end_cs )); do builtin read -r -t 0.002 -u "$__hz_pause_fd"; __hz_now; done
+    fi
+  fi
   builtin printf '%s\n' "$__hz_cs" > "$__hz_dir/start"
 }
 __hz_end_cs=0
@@ -100,16 +108,16 @@ __hz_reap() {
   # $1: the command's token, $2: the shell's pid, $3: 1 to take init's orphans too (containers).
   # Builtins only: forking may be impossible here.
   # A process belongs to the command if it carries the command's __HZ_CMD (exec'd programs), or
-  # if it started after the command did and its parent is the shell or also started after the
-  # command (forked subshells keep the shell's environment block; setsid and env -i escape the
-  # process group and the marker, not the ancestry). A new child of an older process is not
-  # the command's: a background job of an earlier command keeps forking in the shell's process
-  # group. Orphans adopted by init (a daemonising double fork, or children of a process killed
-  # in an earlier round) count when they are in the shell's process group, and in a container
-  # ($3 = 1), where init and every process are the sandbox's, always; on a host init also
-  # adopts other people's daemons. `docker exec` processes (MCP servers, file transfers) have
-  # parent 0, never 1.
-  local round quiet=0 p e line start=0 shell_pgid=-1 pstart
+  # if it started after the command did and its ancestry, through processes that also started
+  # after it, leads to the shell (forked subshells keep the shell's environment block; setsid and
+  # env -i escape the process group and the marker, not the ancestry). A new child of an older
+  # process is not the command's: a background job of an earlier command keeps forking in the
+  # shell's process group, and `docker exec` processes (file transfers, diffs, MCP servers; their
+  # parent is 0) fork while a command runs. Chains that end at init (a daemonising double fork,
+  # or children of a process killed in an earlier round) count when the process is in the
+  # shell's process group, and in a container ($3 = 1), where init and every process are the
+  # sandbox's, always; on a host init also adopts other people's daemons.
+  local round quiet=0 p e line start=0 shell_pgid=-1 q depth ours
   local -a env f g found
   kill -USR1 "$2" 2>/dev/null
   read -r start < "$__hz_dir/start"
@@ -125,13 +133,16 @@ __hz_reap() {
       f=(${line##*) })
       [[ ${f[0]} == Z ]] && continue  # already dead, waiting to be reaped
       if (( f[19] >= start )); then
-        pstart=-1
-        if (( f[1] > 1 && f[1] != $2 )) && read -r line 2>/dev/null < "/proc/${f[1]}/stat"; then
-          g=(${line##*) }); pstart=${g[19]}
-        fi
-        if (( f[1] == $2 || pstart >= start || (f[1] == 1 && ($3 == 1 || f[2] == shell_pgid)) )); then
-          kill -STOP "$p" 2>/dev/null; found+=("$p"); continue
-        fi
+        q=${f[1]} ours=0
+        for ((depth = 0; depth < 64; depth++)); do
+          if (( q == $2 )); then ours=1; break; fi
+          if (( q <= 1 )); then (( q == 1 && ($3 == 1 || f[2] == shell_pgid) )) && ours=1; break; fi
+          read -r line 2>/dev/null < "/proc/$q/stat" || break
+          g=(${line##*) })
+          (( g[19] >= start )) || break  # an older ancestor: not this command's
+          q=${g[1]}
+        done
+        if (( ours )); then kill -STOP "$p" 2>/dev/null; found+=("$p"); continue; fi
       fi
       mapfile -d '' env 2>/dev/null < "/proc/$p/environ" || continue
       for e in "${env[@]}"; do
