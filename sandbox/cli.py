@@ -25,7 +25,7 @@ def register(subparsers) -> None:
     shell.add_argument("--timeout", type=float, default=120.0, help="seconds per command")
     shell.set_defaults(func=_shell)
 
-    gc = sub.add_parser("gc", help="remove sandbox containers left behind by crashed runs")
+    gc = sub.add_parser("gc", help="remove sandbox containers and egress networks left behind by crashed runs")
     gc.add_argument("--older-than", default="0", help="only containers at least this old (30s, 15m, 2h, 1d)")
     gc.add_argument("--run", default=None, help="only containers of this run id ($HORIZON_RUN_ID)")
     gc.set_defaults(func=_gc)
@@ -106,6 +106,7 @@ def _gc(args: argparse.Namespace) -> int:
     except (SandboxError, ValueError) as exc:
         return _fail("gc", exc)
     for r in removed:
-        print(f"removed {r.name} (run {r.run_id or '?'}, {r.age_seconds:.0f}s old)")
-    print(f"{len(removed)} sandbox container(s) removed")
+        print(f"removed {r.kind} {r.name} (run {r.run_id or '?'}, {r.age_seconds:.0f}s old)")
+    containers = sum(r.kind == "container" for r in removed)
+    print(f"{containers} sandbox container(s) and {len(removed) - containers} egress network(s) removed")
     return 0

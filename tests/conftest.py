@@ -52,20 +52,25 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """No sandbox container may outlive the test session."""
+    """No sandbox container (egress proxies included) or egress network may outlive the session."""
+    from sandbox.docker_client import labelled_containers, remove_container
+
     client, _ = _docker_or_reason()
     if client is None:
         return
     run_filter = f"{RUN_LABEL_KEY}={os.environ['HORIZON_RUN_ID']}"
-    leaked = client.containers.list(sparse=True, all=True, filters={"label": run_filter})
-    if leaked:
-        names = ", ".join(name for c in leaked for name in c.attrs.get("Names", [c.id]))
+    leaked = labelled_containers(client, [run_filter])
+    networks = client.api.networks(filters={"label": [run_filter]})
+    if leaked or networks:
+        names = [name for c in leaked for name in c.get("Names", [c["Id"][:12]])] + [n["Name"] for n in networks]
         session.config.pluginmanager.get_plugin("terminalreporter").write_line(
-            f"LEAKED SANDBOX CONTAINERS after the test session: {names}", red=True
+            f"LEAKED SANDBOX CONTAINERS/NETWORKS after the test session: {', '.join(names)}", red=True
         )
         for c in leaked:
+            remove_container(client, c["Id"])
+        for n in networks:
             try:
-                c.remove(force=True)
+                client.api.remove_network(n["Id"])
             except Exception:
                 pass
         session.exitstatus = 1
