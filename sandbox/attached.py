@@ -60,6 +60,15 @@ class AttachedProcess:
         except OSError:
             pass
 
+    def drain(self, deadline: float) -> None:
+        """End the input and read output until the process's stream ends or `deadline` passes."""
+        self.close_stdin()
+        try:
+            while time.monotonic() < deadline:
+                self.pump(deadline)
+        except StreamClosed:
+            pass
+
     def pump(self, deadline: float) -> bool:
         """Read what is available, waiting briefly (never past `deadline`); False if nothing came."""
         if self.closed:

@@ -251,13 +251,8 @@ class Sandbox:
         except Exception as exc:  # noqa: BLE001 - reported with the container's state
             died = self._death_error()
             raise (died or SandboxError(f"exec_once {argv!r} failed: {exc}")) from None
-        deadline = start + timeout + 5
         try:
-            proc.close_stdin()
-            while time.monotonic() < deadline:
-                proc.pump(deadline)
-        except StreamClosed:
-            pass
+            proc.drain(start + timeout + 5)
         finally:
             proc.close()
         duration = time.monotonic() - start

@@ -25,11 +25,8 @@ class ExecTar:
             if stdin is not None:
                 for chunk in iter(lambda: stdin.read(1 << 20), b""):
                     proc.send(chunk)
-            proc.close_stdin()
-            deadline = time.monotonic() + self._timeout
-            while time.monotonic() < deadline:
-                proc.pump(deadline)
-        except StreamClosed:
+            proc.drain(time.monotonic() + self._timeout)
+        except StreamClosed:  # the process ended while its input was being sent
             pass
         finally:
             proc.close()
