@@ -24,6 +24,7 @@ from pathlib import Path
 from sandbox.attached import StreamClosed
 from sandbox.capture import HeadTailBuffer, render_output
 from sandbox.config import SandboxConfig
+from sandbox.egress_hosts import NetworkMode
 from sandbox.errors import SandboxClosed, SandboxError, SandboxTimeout
 from sandbox.local_process import LocalProcess
 from sandbox.result import ExecResult
@@ -36,6 +37,9 @@ class LocalSandbox:
     def __init__(self, config: SandboxConfig | None = None, **overrides):
         base = config.model_dump() if config is not None else {}
         self.config = SandboxConfig.model_validate({**base, **overrides})
+        if self.config.network is NetworkMode.ALLOWLIST:  # fail closed: the host's network is open
+            raise SandboxError("network: 'allowlist' needs a Docker sandbox (its only way out is an egress proxy); "
+                               "a LocalSandbox runs on the host and cannot restrict the network")
         self.root = Path(tempfile.mkdtemp(prefix="horizon-local-"))
         self.workdir = self.root / "workspace"
         self.workdir.mkdir()

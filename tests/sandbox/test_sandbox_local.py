@@ -58,3 +58,8 @@ def test_local_timeout_kills_a_child_that_left_the_group_but_not_strangers(tmp_p
         finally:
             stranger.kill()
             stranger.wait()
+
+
+def test_local_sandbox_refuses_an_allowlist_it_could_not_enforce():
+    with pytest.raises(SandboxError, match="allowlist.*cannot restrict"):
+        LocalSandbox(network="allowlist", allowed_hosts=["pypi.org"])
