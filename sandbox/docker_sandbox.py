@@ -229,12 +229,7 @@ class Sandbox:
         Returns False when no command was running. A caller that may interrupt before exec() has
         begun (another thread starting it) passes `exec(cancel=event)` and sets the event instead:
         that stop is not lost however early it comes."""
-        if self._closed or self._shell is None:
-            return False
-        try:
-            return self._shell.interrupt()
-        except StreamClosed:
-            return False
+        return not self._closed and self._shell is not None and self._shell.interrupt()
 
     def exec_once(self, argv: Sequence[str] | str, timeout: float | None = None, *, user: str | None = None,
                   workdir: str | None = None, output_limit: int | None = None) -> ExecResult:

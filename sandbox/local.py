@@ -21,7 +21,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from sandbox.attached import StreamClosed
 from sandbox.capture import HeadTailBuffer, render_output
 from sandbox.config import SandboxConfig
 from sandbox.egress_hosts import NetworkMode
@@ -113,17 +112,8 @@ class LocalSandbox:
             return raw.to_exec_result(timeout, start)
 
     def interrupt(self) -> bool:
-        """Stop the command exec() is running in another thread, as Ctrl-C would: its processes are
-        killed and exec() returns with interrupted=True (exit code 130); the shell keeps its state.
-        Returns False when no command was running. A caller that may interrupt before exec() has
-        begun (another thread starting it) passes `exec(cancel=event)` and sets the event instead:
-        that stop is not lost however early it comes."""
-        if self._closed or self._shell is None:
-            return False
-        try:
-            return self._shell.interrupt()
-        except StreamClosed:
-            return False
+        """Ctrl-C for the command exec() runs in another thread, as Sandbox.interrupt."""
+        return not self._closed and self._shell is not None and self._shell.interrupt()
 
     def exec_once(self, argv: Sequence[str] | str, timeout: float | None = None, *, user: str | None = None,
                   workdir: str | None = None, output_limit: int | None = None) -> ExecResult:

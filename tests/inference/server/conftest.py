@@ -9,6 +9,7 @@ That gives a deterministic tool call from a real forward pass; sampled output st
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,13 @@ SCRIPTED_REPLY = ("Need files</think>Listing:<tool_call>bash<arg_key>command</ar
 BASH_TOOL = {"type": "function", "function": {
     "name": "bash", "description": "Run a shell command",
     "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (for servers the tests start as processes)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def write_scripted_checkpoint(out: Path) -> Path:

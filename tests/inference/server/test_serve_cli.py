@@ -10,17 +10,11 @@ import time
 
 import httpx
 
-from .conftest import SCRIPTED_REPLY
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from .conftest import SCRIPTED_REPLY, free_port
 
 
 def test_horizon_serve_process(scripted_checkpoint):
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "agent.cli.main", "serve", "--model", str(scripted_checkpoint), "--port", str(port),
            "--dtype", "float32", "--kv-budget-tokens", "4096", "--served-model-name", "cli-model", "--log-level", "warning"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

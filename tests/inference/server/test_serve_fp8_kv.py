@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import httpx
 
-from .conftest import SCRIPTED_REPLY
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from .conftest import SCRIPTED_REPLY, free_port
 
 
 def test_horizon_serve_with_an_fp8_kv_cache(scripted_checkpoint):
@@ -25,7 +18,7 @@ def test_horizon_serve_with_an_fp8_kv_cache(scripted_checkpoint):
 
     import torch
 
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "agent.cli.main", "serve", "--model", str(scripted_checkpoint), "--port", str(port),
            "--dtype", "float32", "--kv-cache-dtype", "fp8", "--kv-budget-tokens", "1024", "--log-level", "warning"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
