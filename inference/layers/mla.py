@@ -18,7 +18,7 @@ from torch import nn
 from inference.config import ModelConfig
 from inference.forward_batch import AttentionMetadata
 from inference.layers import kernel_path
-from inference.layers.fusion import fuse_linears
+from inference.layers.fusion import fuse_linears, input_major_on_cpu
 from inference.layers.indexer import MAX_SCORE_ELEMENTS, Indexer
 from inference.layers.norm import RMSNorm
 from inference.layers.rope import RopeTables, deinterleave_rope_rows
@@ -68,6 +68,8 @@ class MLAttention(nn.Module):
                 linears.append(self.indexer.weights_proj)
         self.in_split = [lin.weight.shape[0] for lin in linears]
         self.in_proj = fuse_linears(linears)
+        # After the rope permutation above, which rewrites rows in place of a row-major weight.
+        input_major_on_cpu(self.q_b_proj, self.o_proj, *([self.indexer.wq_b] if self.indexer is not None else []))
 
     def _project_input(self, x: torch.Tensor):
         if self.in_proj is None:

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from inference.layers.fusion import fuse_linears
+from inference.layers.fusion import fuse_linears, input_major_on_cpu
 
 
 class SwiGLU(nn.Module):
@@ -18,7 +18,9 @@ class SwiGLU(nn.Module):
         self.gate_up: torch.Tensor | None = None
 
     def fuse(self) -> None:
-        self.gate_up = fuse_linears([self.gate_proj, self.up_proj])
+        on_cpu = self.down_proj.weight.device.type == "cpu"
+        self.gate_up = fuse_linears([self.gate_proj, self.up_proj], input_major=on_cpu)
+        input_major_on_cpu(self.down_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up is None:
