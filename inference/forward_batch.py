@@ -8,7 +8,6 @@ Slot of the token at position p of sequence b = block_table[b, p // page_size] *
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -107,6 +106,10 @@ class AttentionMetadata:
     uniform: bool  # every sequence has exactly T new tokens: padded layout == flat layout, no copies
     positions: torch.Tensor  # [N] (from the batch)
     seq_lens: torch.Tensor  # [B] (from the batch)
+    # NOTE: plain fields built once per step (not cached properties: torch.compile cannot trace
+    # functools.cached_property, and every layer reads them anyway).
+    key_hidden: torch.Tensor  # [B, T, S] bool: ~key_valid
+    flat_key_slots: torch.Tensor  # [B*S] key_slots flattened, for index_select
 
     @classmethod
     def from_batch(cls, batch: ForwardBatch, page_size: int) -> AttentionMetadata:
@@ -136,17 +139,8 @@ class AttentionMetadata:
         uniform = n == b * max_q
         return cls(
             slot_mapping, key_slots, key_valid, query_rows, seq_of_token, max_q, max_s, uniform,
-            batch.positions, batch.seq_lens,
+            batch.positions, batch.seq_lens, ~key_valid, key_slots.reshape(-1),
         )  # fmt: skip
-
-    @functools.cached_property
-    def key_hidden(self) -> torch.Tensor:
-        """[B, T, S] bool: ~key_valid, built once per step and shared by every layer."""
-        return ~self.key_valid
-
-    @functools.cached_property
-    def _flat_key_slots(self) -> torch.Tensor:
-        return self.key_slots.reshape(-1)
 
     def gather_keys(self, cache) -> torch.Tensor:
         """cache [slots, D] (or a kv_formats row store) -> [B, S, D] rows of every visible key, in
@@ -154,9 +148,9 @@ class AttentionMetadata:
         an FP8 store dequantizes just these rows)."""
         b, s = self.key_slots.shape
         if isinstance(cache, torch.Tensor):
-            rows = cache.index_select(0, self._flat_key_slots)
+            rows = cache.index_select(0, self.flat_key_slots)
         else:
-            rows = cache.gather(self._flat_key_slots)
+            rows = cache.gather(self.flat_key_slots)
         return rows.view(b, s, rows.shape[-1])
 
     def to_padded(self, x: torch.Tensor) -> torch.Tensor:
