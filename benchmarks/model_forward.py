@@ -8,6 +8,11 @@ engine's hot path, including building each step's ForwardBatch), transformers th
 generate step) and through a bare `forward` step with its DynamicCache. Both sides are measured in
 interleaved rounds and each metric keeps its best round. Ratios > 1 mean we are faster.
 
+Our decode is measured twice: eager, and with `compile_decode()` (the layer stack of decode steps
+through torch.compile, inference/decode_compiler.py; what `EngineConfig(compile_decode=True)` and
+`horizon serve --compile-decode` run). The compile itself is timed separately, in wall-clock time
+(inductor compiles in worker processes), and is not part of the per-token numbers.
+
     python benchmarks/model_forward.py            # tiny and small presets
     python benchmarks/model_forward.py --quick    # tiny only, short prompt (used by a test)
 """
@@ -104,6 +109,18 @@ def hf_measurements(model, prompt: list[int], decode_steps: int) -> dict:
     return {"prefill": lambda: _seconds(prefill), "generate_step": generate_step, "forward_step": forward_step}
 
 
+def compile_seconds(model, prompt: list[int]) -> float:
+    """Wall time of the decode steps that trigger compiles: one just after the prompt and one
+    past `index_topk` keys (the indexer's two regimes are two graphs)."""
+    pages = list(range((max(len(prompt), model.config.index_topk) + 2 * PAGE) // PAGE + 1))
+    start = time.perf_counter()
+    for length in sorted({min(len(prompt), model.config.index_topk), model.config.index_topk + 1}):
+        cache = model.new_cache(num_pages=len(pages), page_size=PAGE)
+        token = int(model.forward_batch(ForwardBatch.build([prompt[:length]], [0], [pages]), cache).logits[0].argmax())
+        model.forward_batch(ForwardBatch.build([[token]], [length], [pages]), cache)
+    return time.perf_counter() - start
+
+
 def matmul_floors(ours, hf, prompt: list[int]) -> dict[str, float]:
     """Seconds per decode token of each side's matmuls alone (benchmarks/matmul_floor.py), one step
     after a prefill of `prompt`, and the weight bytes our step streams."""
@@ -148,9 +165,17 @@ def run(preset: str, prompt_len: int, decode_steps: int, reps: int, workdir: Pat
     path = write_random_checkpoint(workdir / preset, preset=preset, seed=0)
     ours = load_model(path, dtype=torch.float32, latent_norm_eps=1e-6)  # transformers' q_a/kv_a eps
     hf = GlmMoeDsaForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
+    compiled = load_model(path, dtype=torch.float32, latent_norm_eps=1e-6)
+    compiled.compile_decode()
     prompt = torch.randint(0, ours.config.vocab_size, (prompt_len,), generator=torch.Generator().manual_seed(0)).tolist()
     max_diff, within = agreement(ours, hf, prompt)
-    t = measure(ours_measurements(ours, prompt, decode_steps), hf_measurements(hf, prompt, decode_steps), reps)
+    compile_s = compile_seconds(compiled, prompt)
+    steps_before = compiled._decode_compiler.calls
+    ours_both = ours_measurements(ours, prompt, decode_steps)
+    ours_both["compiled_decode"] = ours_measurements(compiled, prompt, decode_steps)["decode"]
+    t = measure(ours_both, hf_measurements(hf, prompt, decode_steps), reps)
+    if compiled._decode_compiler.calls == steps_before:
+        raise RuntimeError("the compiled model never took its compiled decode path")
     floor = matmul_floors(ours, hf, prompt)
     result = {
         "preset": preset,
@@ -158,7 +183,12 @@ def run(preset: str, prompt_len: int, decode_steps: int, reps: int, workdir: Pat
         "decode_steps": decode_steps,
         "max_abs_logit_diff": max_diff,
         "positions_within_1e-4": within,
-        "ours": {"prefill_tok_s": prompt_len / t["ours_prefill"], "decode_tok_s": 1 / t["ours_decode"]},
+        "ours": {
+            "prefill_tok_s": prompt_len / t["ours_prefill"],
+            "decode_tok_s": 1 / t["ours_decode"],
+            "compiled_decode_tok_s": 1 / t["ours_compiled_decode"],
+            "compile_s": compile_s,
+        },
         "transformers": {
             "prefill_tok_s": prompt_len / t["hf_prefill"],
             "generate_tok_s": 1 / t["hf_generate_step"],
@@ -169,6 +199,7 @@ def run(preset: str, prompt_len: int, decode_steps: int, reps: int, workdir: Pat
     result["prefill_ratio"] = o["prefill_tok_s"] / h["prefill_tok_s"]
     result["decode_ratio_vs_generate"] = o["decode_tok_s"] / h["generate_tok_s"]
     result["decode_ratio_vs_forward_step"] = o["decode_tok_s"] / h["forward_step_tok_s"]
+    result["compiled_decode_ratio_vs_generate"] = o["compiled_decode_tok_s"] / h["generate_tok_s"]
     # The best decode ratio reachable with these matmul kernels: transformers' step over our
     # matmuls alone (everything else in our step taken to zero).
     result["matmul_floor"] = {
@@ -204,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"   ratio {r['decode_ratio_vs_generate']:.2f}x")  # fmt: skip
             print(f"           (transformers bare forward step {h['forward_step_tok_s']:.1f} tok/s, "
                   f"ratio {r['decode_ratio_vs_forward_step']:.2f}x)")  # fmt: skip
+            print(f"  decode   ours compiled {o['compiled_decode_tok_s']:10.1f} tok/s   vs transformers generate"
+                  f"   ratio {r['compiled_decode_ratio_vs_generate']:.2f}x   (compile {o['compile_s']:.1f} s wall, once)")  # fmt: skip
             f = r["matmul_floor"]
             print(f"  matmul floor per token: ours {f['ours_ms_per_token']:.2f} ms "
                   f"({f['our_weight_mb_per_token']:.1f} MB of weights), transformers {f['transformers_ms_per_token']:.2f} ms"

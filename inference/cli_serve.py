@@ -22,6 +22,8 @@ def register(subparsers) -> None:
     p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8"],
                    help="KV cache format: auto = the model dtype; fp8 = fp8_ds_mla latent + FP8 indexer keys "
                         "(about 0.56x the bf16 bytes per token)")
+    p.add_argument("--compile-decode", action="store_true",
+                   help="torch.compile decode steps (faster per token; the first steps pay a compile of tens of seconds)")
     p.add_argument("--kv-budget-tokens", type=int, default=None,
                    help="device KV cache size in tokens (default: the model's context, at most 65536 tokens / 8 GiB)")
     p.add_argument("--host-budget-tokens", type=int, default=0, help="host-memory KV tier in tokens (0: off)")
@@ -48,6 +50,7 @@ def _serve(args: argparse.Namespace) -> int:
             kv_budget_tokens=args.kv_budget_tokens,
             host_budget_tokens=args.host_budget_tokens, max_running=args.max_running,
             session_ttl_s=args.session_ttl, num_speculative_tokens=args.speculative_tokens,
+            compile_decode=args.compile_decode,
         )
     except EngineSettingsError as exc:
         print(f"horizon serve: invalid engine option: {exc}", file=sys.stderr)

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from inference.config import ModelConfig
+from inference.decode_compiler import DecodeCompiler
 from inference.forward_batch import AttentionMetadata, ForwardBatch
 from inference.kv_cache import PagedKVCache
 from inference.layers.decoder import DecoderLayer
@@ -55,6 +56,7 @@ class Glm5ForCausalLM(nn.Module):
         # "torch" / "triton" = always with that backend, None = never (native torch path).
         self.kernel_backend: str | None = "auto"
         self._inv_freq: torch.Tensor | None = None
+        self._decode_compiler: DecodeCompiler | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -100,16 +102,29 @@ class Glm5ForCausalLM(nn.Module):
             return None
         return backend
 
-    @torch.inference_mode()
-    def forward_batch(self, batch: ForwardBatch, cache: PagedKVCache, return_all_hidden: bool = False) -> ModelOutput:
-        meta, rope = self._prepare(batch, cache)
-        h = self.model.embed_tokens(batch.input_ids)
+    def compile_decode(self, enabled: bool = True) -> None:
+        """torch.compile the layer stack for decode steps (decode_compiler.py); prefill stays eager."""
+        self._decode_compiler = DecodeCompiler(self._layer_stack) if enabled else None
+
+    def _layer_stack(self, input_ids, logits_indices, meta: AttentionMetadata, rope: RopeTables, cache: PagedKVCache,
+                     return_all_hidden: bool):  # fmt: skip
+        h = self.model.embed_tokens(input_ids)
         selection = None
         for layer in self.model.layers[: self.config.num_hidden_layers]:
             h, selection = self._run_layer(layer, h, rope, meta, cache, selection)
         h = self.model.norm(h)
-        picked = h[batch.logits_indices]
-        return ModelOutput(picked, self.lm_head(picked), h if return_all_hidden else None)
+        picked = h[logits_indices]
+        return picked, self.lm_head(picked), (h if return_all_hidden else None)
+
+    @torch.inference_mode()
+    def forward_batch(self, batch: ForwardBatch, cache: PagedKVCache, return_all_hidden: bool = False) -> ModelOutput:
+        meta, rope = self._prepare(batch, cache)
+        stack = self._layer_stack
+        compiler = self._decode_compiler
+        if compiler is not None and compiler.applies(meta, self._kernels(batch.input_ids)):
+            stack = compiler
+        picked, logits, h = stack(batch.input_ids, batch.logits_indices, meta, rope, cache, return_all_hidden)
+        return ModelOutput(picked, logits, h)
 
     @torch.inference_mode()
     def mtp_forward(

@@ -53,6 +53,8 @@ fi
 # --- 2. Host tools the tests and the base image build use ---------------------------------
 if is_root && is_debian; then
     apt_install debootstrap tmux git ca-certificates iptables
+    # A C++ compiler and Python headers: torch.compile's CPU backend (compile_decode) builds its kernels.
+    apt_install g++ python3-dev
 fi
 
 # --- 3. Docker engine ---------------------------------------------------------------------------

@@ -44,6 +44,8 @@ class Engine:
         self.model = load_model(checkpoint_path, dtype=_DTYPES[config.dtype], device=config.device,
                                 latent_norm_eps=config.latent_norm_eps, mtp=config.num_speculative_tokens > 0)
         self.model_config = self.model.config
+        if config.compile_decode:
+            self.model.compile_decode()
         ps = config.page_size
         kv_dtype = config.kv_cache_dtype
         self.cache_bytes_per_token = kv_bytes_per_token(self.model_config, self.model.dtype, kv_dtype)

@@ -96,6 +96,14 @@ class RoutedExperts(nn.Module):
         it organises when there is one token; here each expert is a GEMV pair and its weighted sum
         lands in `base` (the shared expert's output) through addmm's alpha."""
         y = base
+        if torch.compiler.is_compiling():
+            # Traced with capture_scalar_outputs (decode_compiler.py): the expert ids become
+            # symbolic indices, so each expert stays a GEMV on a view of its weights (no gather
+            # copy), and the compiler fuses the weighting into the sum.
+            for j, e in enumerate(ids[0].tolist()):
+                gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
+                y = y + weights[:, j : j + 1].to(y.dtype) * F.linear(F.silu(gate) * up, self.down_proj[e])
+            return y
         for e, w in zip(ids[0].tolist(), weights[0].tolist()):
             gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
             y = torch.addmm(y, F.silu(gate) * up, self.down_proj[e].t(), alpha=w)

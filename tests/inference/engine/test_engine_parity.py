@@ -34,6 +34,13 @@ def test_single_request_matches_transformers(engine_checkpoint, hf_greedy):
     assert res.finish_reason == "length" and res.usage.completion_tokens == 12
 
 
+def test_compiled_decode_matches_transformers(engine_checkpoint, hf_greedy):
+    eng = engine(engine_checkpoint, compile_decode=True)
+    (res,) = eng.generate([greedy(PROMPTS[0], 12)])
+    assert res.token_ids == hf_greedy(tuple(PROMPTS[0]), 12)
+    assert eng.model._decode_compiler.calls == 11  # every step after the prefill's first token
+
+
 def test_eight_staggered_requests_match_transformers(engine_checkpoint, hf_greedy):
     eng = engine(engine_checkpoint)
     handles = []

@@ -98,6 +98,7 @@ def test_benchmark_quick_mode_runs(tmp_path):
     (result,) = json.loads(out.read_text())
     assert result["max_abs_logit_diff"] <= 1e-4  # both sides really ran the same model
     assert result["prefill_ratio"] > 0 and result["decode_ratio_vs_generate"] > 0
+    assert result["compiled_decode_ratio_vs_generate"] > 0 and result["ours"]["compile_s"] > 0
     floor = result["matmul_floor"]
     assert floor["ours_ms_per_token"] > 0 and floor["transformers_ms_per_token"] > 0
     assert floor["our_weight_mb_per_token"] > 0
