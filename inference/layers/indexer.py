@@ -10,6 +10,8 @@ model dtype, where the rotation would be an exact no-op). Why the FP8 store rota
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -21,6 +23,24 @@ from kernels.indexer_topk import stable_topk  # the one tie rule, shared with th
 
 # Largest [rows, heads, keys] score block materialised at once (fp32: 256 MiB).
 MAX_SCORE_ELEMENTS = 1 << 26
+# Query rows scored per chunk in prefill (each chunk against the keys up to its last position).
+CAUSAL_CHUNK_ROWS = 256
+
+
+@dataclass
+class TopkSelection:
+    """The keys each query row may attend to (native path): `index_topk` positions per row of the
+    padded [B, T] query layout. A row that sees fewer keys is padded with masked ones (valid=False);
+    every row has at least one valid key."""
+
+    positions: torch.Tensor  # [B, T, K] int64 key positions within the row's sequence
+    valid: torch.Tensor  # [B, T, K] bool
+
+    def mask(self, num_keys: int) -> torch.Tensor:
+        """[B, T, S] bool: the same selection as a mask over all S keys (the dense forms' input)."""
+        b, t, _ = self.positions.shape
+        out = torch.zeros(b, t, num_keys, dtype=torch.bool, device=self.positions.device)
+        return out.scatter_(-1, self.positions, self.valid)
 
 
 class Indexer(nn.Module):
@@ -59,12 +79,12 @@ class Indexer(nn.Module):
         key_cache,
         k_proj: torch.Tensor | None = None,
         head_weights: torch.Tensor | None = None,
-    ) -> torch.Tensor | None:
+    ) -> TopkSelection | None:
         """Write this step's keys into key_cache (a row store of head_dim); return the selection.
 
         k_proj = wk(x) and head_weights = weights_proj(x) may come precomputed from the attention's
-        fused input projection. Returns a bool mask [B, T, S] of selected keys, or None when no
-        row can see more than `index_topk` keys (then every visible key is selected).
+        fused input projection. Returns None when no row can see more than `index_topk` keys (then
+        every visible key is selected).
         """
         self._write_keys(x, rope, meta, key_cache, k_proj)
         if meta.max_seq_len <= self.topk:
@@ -80,21 +100,25 @@ class Indexer(nn.Module):
         # of the [T, H, S] scores (as DeepSeek's reference and vLLM do).
         w = meta.to_padded(head_weights.float() * (self.n_heads**-0.5 * self.head_dim**-0.5))  # [B, T, H]
         keys_t = keys.transpose(1, 2)
-        # The per-head scores are the largest temporary of a prefill step: bound them by chunking
-        # the query rows (one chunk for any decode step).
-        rows = max(1, MAX_SCORE_ELEMENTS // max(1, b * self.n_heads * s))
-        if rows >= t:
-            logits = self._logits(q, w, keys_t).view(b, t, s)
-        else:
-            logits = keys.new_empty(b, t, s)
-            for r0 in range(0, t, rows):
-                r1 = min(t, r0 + rows)
-                part = self._logits(q[:, r0 * self.n_heads : r1 * self.n_heads], w[:, r0:r1], keys_t)
-                logits[:, r0:r1] = part.view(b, r1 - r0, s)
-        logits.masked_fill_(meta.key_hidden, float("-inf"))
-        top = stable_topk(logits, self.topk)
-        selected = torch.zeros_like(meta.key_valid).scatter_(-1, top, True)
-        return selected & meta.key_valid
+        if t == 1:  # decode: one row, every visible key
+            logits = self._logits(q, w, keys_t).view(b, 1, s).masked_fill_(meta.key_hidden, float("-inf"))
+            top = stable_topk(logits, self.topk)
+            return TopkSelection(top, meta.key_valid.gather(-1, top))
+        # Prefill: chunks of query rows, each scored only against the keys up to its last position
+        # (causal: about half the work of scoring all S keys), which also bounds the per-head
+        # scores, the largest temporary of the step. One host sync for the chunks' key ranges.
+        rows = min(CAUSAL_CHUNK_ROWS, max(1, MAX_SCORE_ELEMENTS // max(1, b * self.n_heads * s)))
+        last = meta.to_padded(meta.positions).amax(0).tolist()  # [T] last position in each padded row
+        keys_t = keys_t.contiguous()
+        tops = []
+        for r0 in range(0, t, rows):
+            r1 = min(t, r0 + rows)
+            width = min(s, max(self.topk, max(last[r0:r1]) + 1))  # keys past it are hidden from every row
+            part = self._logits(q[:, r0 * self.n_heads : r1 * self.n_heads], w[:, r0:r1], keys_t[..., :width])
+            part = part.view(b, r1 - r0, width).masked_fill_(meta.key_hidden[:, r0:r1, :width], float("-inf"))
+            tops.append(stable_topk(part, self.topk))
+        top = torch.cat(tops, dim=1) if len(tops) > 1 else tops[0]
+        return TopkSelection(top, meta.key_valid.gather(-1, top))
 
     def _logits(self, q: torch.Tensor, w: torch.Tensor, keys_t: torch.Tensor) -> torch.Tensor:
         """q [B, rows*H, D], w [B, rows, H], keys_t [B, D, S] -> [B*rows, 1, S] weighted ReLU sum."""

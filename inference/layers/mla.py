@@ -7,6 +7,11 @@ Two mathematically equal ways to attend over that cache:
 - absorbed (decode): fold kv_b_proj's key half into the query (q_nope . W_UK -> latent space) and
   its value half into the output, so attention runs directly on the cached rows (576 wide) and the
   cost per step no longer grows with kv_b_proj x context.
+
+Once the indexer selects (a row sees more than `index_topk` keys), the native path attends
+sparsely: each query row gathers its `index_topk` selected rows and runs the absorbed form over
+them alone, so the cost follows index_topk instead of the context (DSA's point; transformers and
+the dense forms here compute every score and mask all but the selected ones, the same function).
 """
 
 from __future__ import annotations
@@ -19,13 +24,15 @@ from inference.config import ModelConfig
 from inference.forward_batch import AttentionMetadata
 from inference.layers import kernel_path
 from inference.layers.fusion import fuse_linears, input_major_on_cpu
-from inference.layers.indexer import MAX_SCORE_ELEMENTS, Indexer
+from inference.layers.indexer import MAX_SCORE_ELEMENTS, Indexer, TopkSelection
 from inference.layers.norm import RMSNorm
 from inference.layers.rope import RopeTables, deinterleave_rope_rows
 
 # Batches whose longest per-sequence chunk is at most this many tokens use the absorbed form
 # (decode, MTP verification); longer chunks use the expanded form.
 ABSORB_MAX_QUERY_LEN = 8
+# Largest [rows, index_topk, rank + rope] block of gathered cache rows the sparse form holds at once.
+SPARSE_GATHER_ELEMENTS = 1 << 24
 
 
 class MLAttention(nn.Module):
@@ -94,8 +101,11 @@ class MLAttention(nn.Module):
         latent_cache / indexer_cache are the layer's row stores (kv_formats.py): rows are written
         by slot and read back, in the model dtype, by slot.
 
-        The selection is a [B, T, S] mask (or None = all visible) on the native path, and cache
-        slots [N, K] when `kernels` names a kernels backend (see kernel_path.py)."""
+        The selection is a TopkSelection (or None = all visible) on the native path, and cache
+        slots [N, K] when `kernels` names a kernels backend (see kernel_path.py). `mode`: "auto"
+        (sparse over the selection when there is one, else absorbed for short query chunks and
+        expanded otherwise), or one form forced: "sparse", "absorbed" or "expanded" (the dense
+        forms mask everything but the selection; tests use them as references)."""
         n = x.shape[0]
         q_a, kv_a, index_k, index_w = self._project_input(x)
         q_latent = self.q_a_layernorm(q_a)
@@ -116,17 +126,19 @@ class MLAttention(nn.Module):
             selection = self.indexer(x, q_latent, rope, meta, indexer_cache, index_k, index_w)
         else:
             selection = shared_selection
-        hidden = meta.key_hidden if selection is None else ~selection
+        if mode not in ("auto", "sparse", "absorbed", "expanded"):
+            raise ValueError(f"attention mode={mode!r}: expected 'auto', 'sparse', 'absorbed' or 'expanded'")
+        if selection is not None and mode in ("auto", "sparse"):
+            return self.o_proj(self._sparse(q_nope, q_pe, latent_cache, selection, meta)), selection
+        hidden = meta.key_hidden if selection is None else ~selection.mask(meta.max_seq_len)
         keys = meta.gather_keys(latent_cache).to(x.dtype)  # [B, S, rank + rope]
 
-        if mode == "auto":
+        if mode in ("auto", "sparse"):
             mode = "absorbed" if meta.max_query_len <= ABSORB_MAX_QUERY_LEN else "expanded"
         if mode == "absorbed":
             out = self._absorbed(q_nope, q_pe, keys, hidden, meta)
-        elif mode == "expanded":
-            out = self._expanded(q_nope, q_pe, keys, hidden, meta)
         else:
-            raise ValueError(f"attention mode={mode!r}: expected 'auto', 'absorbed' or 'expanded'")
+            out = self._expanded(q_nope, q_pe, keys, hidden, meta)
         return self.o_proj(out), selection
 
     def _absorb_keys(self, q_nope: torch.Tensor) -> torch.Tensor:
@@ -168,6 +180,25 @@ class MLAttention(nn.Module):
             out[:, r0:r1] = torch.bmm(probs.transpose(1, 2).reshape(b * h, r1 - r0, s), v)
         out = out.view(b, h, t, self.v_dim).transpose(1, 2)  # [B, T, H, v]
         return meta.from_padded(out).reshape(-1, h * self.v_dim)
+
+    def _sparse(self, q_nope, q_pe, latent_cache, selection: TopkSelection, meta: AttentionMetadata) -> torch.Tensor:
+        """Absorbed attention of every query row over its own selected cache rows only."""
+        b, t, k = selection.positions.shape
+        n, h = q_nope.shape[0], self.n_heads
+        q = torch.cat([self._absorb_keys(q_nope), q_pe], dim=-1)  # [N, H, rank + rope]
+        # Cache slot and validity of each token's selected keys, in the flat token order.
+        slots = meta.from_padded(meta.key_slots.gather(1, selection.positions.view(b, t * k)).view(b, t, k))
+        hidden = ~meta.from_padded(selection.valid).unsqueeze(1)  # [N, 1, K]
+        out = q.new_empty(n, h, self.rank)
+        rows = max(1, SPARSE_GATHER_ELEMENTS // (k * q.shape[-1]))  # bound the gathered [rows, K, D]
+        for r0 in range(0, n, rows):
+            r1 = min(n, r0 + rows)
+            keys = latent_cache.gather(slots[r0:r1].reshape(-1)).to(q.dtype).view(r1 - r0, k, -1)
+            scores = torch.bmm(q[r0:r1], keys.transpose(1, 2)) * self.scale  # [rows, H, K]
+            scores = scores.masked_fill(hidden[r0:r1], float("-inf"))
+            probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+            out[r0:r1] = torch.bmm(probs, keys[..., : self.rank])
+        return self._absorb_values(out)
 
     def _absorbed(self, q_nope, q_pe, keys, hidden, meta: AttentionMetadata) -> torch.Tensor:
         # MLA has a single latent "KV head", so all heads and query rows of a sequence share one
