@@ -1,8 +1,8 @@
 """The DSA attention step through the `kernels` package (Triton on CUDA, torch references else).
 
-The native path in mla.py / indexer.py materialises a [B, T, S] selection mask and attends densely
-under it, which is simplest and fastest on CPU. On a GPU the selection is instead a list of cache
-slots per query token ([N, K], -1 = none) and attention gathers only those rows:
+The native path in mla.py / indexer.py scores with batched torch ops and gathers each query row's
+selected cache rows itself (fastest on CPU). Through the kernels the selection is a list of cache
+slots per query token ([N, K], -1 = none) and the attention kernel gathers those rows:
 
     slots = kernels.indexer_topk(...).slots          (full layers; shared layers reuse them)
     out_latent = kernels.sparse_mla_attention(...)   (absorbed MLA over the selected rows)

@@ -51,10 +51,15 @@ def test_chunked_prefill_in_uneven_chunks(model):
     assert (out - full).abs().max().item() <= TOL
 
 
-@pytest.mark.parametrize("mode", ["absorbed", "expanded"])
-def test_both_mla_forms_agree_on_every_step_shape(model, mode):
+@pytest.mark.parametrize("mode", ["sparse", "absorbed", "expanded"])
+def test_every_mla_form_agrees_on_every_step_shape(model, mode):
+    """Against one dense masked forward (the expanded form, as transformers computes it)."""
     tokens = _tokens(2, 26, model.config.vocab_size)
-    full = model(torch.tensor([tokens]))[0]
+    model.attention_mode = "expanded"
+    try:
+        full = model(torch.tensor([tokens]))[0]
+    finally:
+        model.attention_mode = "auto"
     model.attention_mode = mode
     try:
         out = _run_chunks(model, tokens, [9, 1, 10, 1, 5], [0, 1, 2, 3, 4, 5, 6], model.new_cache(8, PAGE))
