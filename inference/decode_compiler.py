@@ -23,6 +23,7 @@ expert a GEMV on a view of its weights instead of a gather.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -30,20 +31,39 @@ import torch
 
 from inference.forward_batch import AttentionMetadata
 
+log = logging.getLogger(__name__)
+
 
 class DecodeCompiler:
-    """Wraps the model's layer-stack function; `applies` says whether a step should use it."""
+    """Wraps the model's layer-stack function; `applies` says whether a step should use it.
 
-    def __init__(self, stack: Callable[..., Any]):
+    NOTE: a step whose compile fails (no C++ compiler, an unsupported op) runs eagerly instead and
+    compiling stops for good, with one warning: a missing toolchain costs speed, never a request.
+    Rerunning the step eagerly is safe even if the compiled graph had started: a step's cache
+    writes are plain overwrites of its own slots."""
+
+    def __init__(self, stack: Callable[..., Any], backend: str | Callable = "inductor"):
         self._eager = stack
-        self._compiled = torch.compile(stack, dynamic=True)
+        self._compiled: Callable[..., Any] | None = torch.compile(stack, dynamic=True, backend=backend)
         self.calls = 0  # compiled steps run (tests and benchmarks read it)
+        self.failure: str | None = None  # why compiling stopped, if it did
 
-    @staticmethod
-    def applies(meta: AttentionMetadata, kernels: str | None) -> bool:
-        return kernels is None and meta.max_query_len == 1 and meta.seq_lens.shape[0] == 1
+    def applies(self, meta: AttentionMetadata, kernels: str | None) -> bool:
+        return (self._compiled is not None and kernels is None and meta.max_query_len == 1
+                and meta.seq_lens.shape[0] == 1)  # fmt: skip
 
     def __call__(self, *args: Any) -> Any:
+        try:
+            with torch._dynamo.config.patch(capture_scalar_outputs=True):
+                out = self._compiled(*args)
+        except Exception as exc:  # noqa: BLE001 - any compile failure falls back, see the class note
+            self._compiled = None
+            root = exc
+            while root.__cause__ is not None:  # torch wraps the backend's own error
+                root = root.__cause__
+            self.failure = " ".join(f"{type(root).__name__}: {root}".split())[:500]
+            log.warning("compile_decode: compiling the decode step failed, running it eagerly from now on (%s)",
+                        self.failure)
+            return self._eager(*args)
         self.calls += 1
-        with torch._dynamo.config.patch(capture_scalar_outputs=True):
-            return self._compiled(*args)
+        return out

@@ -69,3 +69,21 @@ def test_compile_decode_can_be_turned_off(tiny_checkpoint):
     model.compile_decode()
     model.compile_decode(enabled=False)
     assert model._decode_compiler is None
+
+
+def test_a_failing_compile_falls_back_to_eager_for_good(tiny_checkpoint, caplog):
+    from inference.decode_compiler import DecodeCompiler
+
+    def broken_backend(graph, example_inputs):
+        raise RuntimeError("no C++ compiler here")
+
+    eager = load_model(tiny_checkpoint, dtype=torch.float32)
+    model = load_model(tiny_checkpoint, dtype=torch.float32)
+    model._decode_compiler = DecodeCompiler(model._layer_stack, backend=broken_backend)
+    prompt, pages = [3, 4, 5, 6, 7, 8, 9, 10, 11, 12], [0, 1, 2, 3, 4]
+    with caplog.at_level("WARNING", logger="inference.decode_compiler"):
+        got_tokens, got = _decode(model, prompt, 4, pages)
+    want_tokens, want = _decode(eager, prompt, 4, pages)
+    assert got_tokens == want_tokens and all(torch.equal(a, b) for a, b in zip(got, want))
+    assert "no C++ compiler here" in model._decode_compiler.failure
+    assert model._decode_compiler.calls == 0 and len(caplog.records) == 1  # one warning, then plain eager
