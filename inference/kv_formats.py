@@ -116,7 +116,8 @@ class DenseRows:
         self.dtype = table.dtype
 
     def write(self, slots: torch.Tensor, rows: torch.Tensor) -> None:
-        self.table[slots] = rows.to(self.table.dtype)
+        # index_copy_: one op on the per-layer decode path (indexed assignment dispatches three).
+        self.table.index_copy_(0, slots, rows if rows.dtype == self.table.dtype else rows.to(self.table.dtype))
 
     def gather(self, slots: torch.Tensor) -> torch.Tensor:
         return self.table.index_select(0, slots)

@@ -63,12 +63,19 @@ class RoutedExperts(nn.Module):
         e, h, i = config.n_routed_experts, config.hidden_size, config.moe_intermediate_size
         self.gate_up_proj = nn.Parameter(torch.empty(e, 2 * i, h))
         self.down_proj = nn.Parameter(torch.empty(e, h, i))
+        self._gate_up_t: list[torch.Tensor] | None = None
+        self._down_t: list[torch.Tensor] | None = None
 
     def fuse(self) -> None:
         # CPU only: the GPU kernels expect the packed [E, out, in] rows as loaded.
         if self.gate_up_proj.device.type == "cpu":
             self.gate_up_proj = column_major(self.gate_up_proj)
             self.down_proj = column_major(self.down_proj)
+        # Per-expert [in, out] views for the batch-1 path: a Python list lookup instead of a select
+        # and a transpose op per expert per step. NOTE: views of the parameters above; they stay
+        # valid because nothing replaces those tensors after loading.
+        self._gate_up_t = [w.t() for w in self.gate_up_proj.detach().unbind(0)]
+        self._down_t = [w.t() for w in self.down_proj.detach().unbind(0)]
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, kernels: str | None = None) -> torch.Tensor:
         if kernels is not None:
@@ -104,9 +111,12 @@ class RoutedExperts(nn.Module):
                 gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
                 y = y + weights[:, j : j + 1].to(y.dtype) * F.linear(F.silu(gate) * up, self.down_proj[e])
             return y
+        if self._gate_up_t is None:  # not fused (weights used as constructed)
+            self._gate_up_t = [w.t() for w in self.gate_up_proj.detach().unbind(0)]
+            self._down_t = [w.t() for w in self.down_proj.detach().unbind(0)]
         for e, w in zip(ids[0].tolist(), weights[0].tolist()):
-            gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
-            y = torch.addmm(y, F.silu(gate) * up, self.down_proj[e].t(), alpha=w)
+            gate, up = torch.mm(x, self._gate_up_t[e]).chunk(2, dim=-1)
+            y = torch.addmm(y, F.silu(gate) * up, self._down_t[e], alpha=w)
         return y
 
     def _per_active_expert(self, xs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
