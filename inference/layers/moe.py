@@ -109,7 +109,8 @@ class RoutedExperts(nn.Module):
             # copy), and the compiler fuses the weighting into the sum.
             for j, e in enumerate(ids[0].tolist()):
                 gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
-                y = y + weights[:, j : j + 1].to(y.dtype) * F.linear(F.silu(gate) * up, self.down_proj[e])
+                routed = F.linear(F.silu(gate) * up, self.down_proj[e])
+                y = y + weights[:, j : j + 1].to(y.dtype) * routed
             return y
         if self._gate_up_t is None:  # not fused (weights used as constructed)
             self._gate_up_t = [w.t() for w in self.gate_up_proj.detach().unbind(0)]

@@ -36,9 +36,11 @@ def test_single_request_matches_transformers(engine_checkpoint, hf_greedy):
 
 def test_compiled_decode_matches_transformers(engine_checkpoint, hf_greedy):
     eng = engine(engine_checkpoint, compile_decode=True)
+    assert eng.model._decode_compiler.calls == 2  # both graphs compiled at start-up
+    assert eng.allocator.num_free == eng.num_device_pages  # on pages given back
     (res,) = eng.generate([greedy(PROMPTS[0], 12)])
     assert res.token_ids == hf_greedy(tuple(PROMPTS[0]), 12)
-    assert eng.model._decode_compiler.calls == 11  # every step after the prefill's first token
+    assert eng.model._decode_compiler.calls == 2 + 11  # every step after the prefill's first token
 
 
 def test_eight_staggered_requests_match_transformers(engine_checkpoint, hf_greedy):
