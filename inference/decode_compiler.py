@@ -32,15 +32,19 @@ import torch
 from inference.forward_batch import AttentionMetadata
 
 log = logging.getLogger(__name__)
+# What a failed compile raises (a backend or C++ compiler error arrives as BackendCompilerFailed).
+COMPILE_FAILURES = (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
 
 
 class DecodeCompiler:
     """Wraps the model's layer-stack function; `applies` says whether a step should use it.
 
-    NOTE: a step whose compile fails (no C++ compiler, an unsupported op) runs eagerly instead and
-    compiling stops for good, with one warning: a missing toolchain costs speed, never a request.
-    Rerunning the step eagerly is safe even if the compiled graph had started: a step's cache
-    writes are plain overwrites of its own slots."""
+    NOTE: a step whose compile fails (no C++ compiler, an unsupported op, dynamo's per-function
+    graph limit reached, which would otherwise run the code eagerly without saying so) runs
+    eagerly instead and compiling stops for good, with one warning: a missing toolchain costs
+    speed, never a request. Rerunning the step eagerly is safe even if the compiled graph had
+    started: a step's cache writes are plain overwrites of its own slots. Any other error is the
+    step's own and propagates as in eager mode."""
 
     def __init__(self, stack: Callable[..., Any], backend: str | Callable = "inductor"):
         self._eager = stack
@@ -54,9 +58,9 @@ class DecodeCompiler:
 
     def __call__(self, *args: Any) -> Any:
         try:
-            with torch._dynamo.config.patch(capture_scalar_outputs=True):
+            with torch._dynamo.config.patch(capture_scalar_outputs=True, fail_on_recompile_limit_hit=True):
                 out = self._compiled(*args)
-        except Exception as exc:  # noqa: BLE001 - any compile failure falls back, see the class note
+        except COMPILE_FAILURES as exc:
             self._compiled = None
             root = exc
             while root.__cause__ is not None:  # torch wraps the backend's own error

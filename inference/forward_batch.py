@@ -98,7 +98,7 @@ class AttentionMetadata:
 
     slot_mapping: torch.Tensor  # [N] flat cache slot of every new token
     key_slots: torch.Tensor  # [B, S] flat cache slot of each visible key (0 for padding)
-    key_valid: torch.Tensor  # [B, T, S] bool: key s is causally visible to query row t
+    key_valid: torch.Tensor | None  # [B, T, S] bool: key s is causally visible to query row t
     query_rows: torch.Tensor  # [N] row of each new token in the padded [B*T] query layout
     seq_of_token: torch.Tensor  # [N] sequence index of each new token
     max_query_len: int  # T
@@ -108,11 +108,13 @@ class AttentionMetadata:
     seq_lens: torch.Tensor  # [B] (from the batch)
     # NOTE: plain fields built once per step (not cached properties: torch.compile cannot trace
     # functools.cached_property, and every layer reads them anyway).
-    key_hidden: torch.Tensor  # [B, T, S] bool: ~key_valid
+    key_hidden: torch.Tensor | None  # [B, T, S] bool: ~key_valid
     flat_key_slots: torch.Tensor  # [B*S] key_slots flattened, for index_select
 
     @classmethod
-    def from_batch(cls, batch: ForwardBatch, page_size: int) -> AttentionMetadata:
+    def from_batch(cls, batch: ForwardBatch, page_size: int, masks: bool = True) -> AttentionMetadata:
+        """masks=False leaves key_valid / key_hidden None: the kernels path never reads them, and
+        at long context they are the step's largest metadata (B*T*S bools each)."""
         device = batch.input_ids.device
         n, b = batch.num_tokens, batch.num_seqs
         qsl = batch.query_start_loc
@@ -130,16 +132,19 @@ class AttentionMetadata:
 
         offset_in_seq = torch.arange(n, device=device) - qsl[seq_of_token]
         query_rows = seq_of_token * max_q + offset_in_seq
-        # Query positions in the padded layout; padded rows see key 0 only so no row is empty.
-        qpos = torch.zeros(b * max_q, dtype=torch.long, device=device)
-        qpos[query_rows] = batch.positions
-        key_valid = key_pos.view(1, 1, -1) <= qpos.view(b, max_q, 1)
-        key_valid &= (key_pos.view(1, -1) < batch.seq_lens.view(-1, 1)).unsqueeze(1)
-        key_valid[..., 0] = True
+        key_valid = key_hidden = None
+        if masks:
+            # Query positions in the padded layout; padded rows see key 0 only so no row is empty.
+            qpos = torch.zeros(b * max_q, dtype=torch.long, device=device)
+            qpos[query_rows] = batch.positions
+            key_valid = key_pos.view(1, 1, -1) <= qpos.view(b, max_q, 1)
+            key_valid &= (key_pos.view(1, -1) < batch.seq_lens.view(-1, 1)).unsqueeze(1)
+            key_valid[..., 0] = True
+            key_hidden = ~key_valid
         uniform = n == b * max_q
         return cls(
             slot_mapping, key_slots, key_valid, query_rows, seq_of_token, max_q, max_s, uniform,
-            batch.positions, batch.seq_lens, ~key_valid, key_slots.reshape(-1),
+            batch.positions, batch.seq_lens, key_hidden, key_slots.reshape(-1),
         )  # fmt: skip
 
     def gather_keys(self, cache) -> torch.Tensor:

@@ -80,7 +80,7 @@ class Glm5ForCausalLM(nn.Module):
             self.lm_head.weight = column_major(self.lm_head.weight)
 
     def _prepare(self, batch: ForwardBatch, cache: PagedKVCache) -> tuple[AttentionMetadata, RopeTables]:
-        meta = AttentionMetadata.from_batch(batch, cache.page_size)
+        meta = AttentionMetadata.from_batch(batch, cache.page_size, masks=self._kernels(batch.input_ids) is None)
         dev = batch.positions.device
         if self._inv_freq is None or self._inv_freq.device != dev:  # computed once, not every step
             self._inv_freq = inverse_frequencies(self.config.qk_rope_head_dim, self.config.rope_theta, dev)

@@ -7,6 +7,7 @@ from torch import nn
 
 from inference.config import ModelConfig
 from inference.forward_batch import AttentionMetadata
+from inference.layers.indexer import TopkSelection
 from inference.layers.mla import MLAttention
 from inference.layers.mlp import SwiGLU
 from inference.layers.moe import MoE
@@ -30,10 +31,10 @@ class DecoderLayer(nn.Module):
         meta: AttentionMetadata,
         latent_cache: torch.Tensor,
         indexer_cache: torch.Tensor | None,
-        shared_selection: torch.Tensor | None,
+        shared_selection: TopkSelection | torch.Tensor | None,
         mode: str = "auto",
         kernels: str | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, TopkSelection | torch.Tensor | None]:
         attn, selection = self.self_attn(
             self.input_layernorm(h), rope, meta, latent_cache, indexer_cache, shared_selection, mode, kernels
         )

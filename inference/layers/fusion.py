@@ -13,12 +13,18 @@ from torch import nn
 
 def fuse_linears(linears: list[nn.Linear], input_major: bool = False) -> torch.Tensor:
     """input_major: store the fused weight like `column_major` (the views stay row slices)."""
-    fused = torch.cat([lin.weight.detach() for lin in linears])
+    first = linears[0].weight
+    rows_total, cols = sum(lin.weight.shape[0] for lin in linears), first.shape[1]
+    # Allocated once in its final layout and filled slice by slice: one extra copy of these
+    # weights at a time, whichever layout (the loader's peak-memory bound counts on it).
     if input_major:
-        fused = fused.t().contiguous().t()
+        fused = torch.empty(cols, rows_total, dtype=first.dtype, device=first.device).t()
+    else:
+        fused = torch.empty(rows_total, cols, dtype=first.dtype, device=first.device)
     start = 0
     for lin in linears:
         rows = lin.weight.shape[0]
+        fused[start : start + rows].copy_(lin.weight.detach())
         lin.weight = nn.Parameter(fused[start : start + rows], requires_grad=False)
         start += rows
     return fused

@@ -92,10 +92,10 @@ class MLAttention(nn.Module):
         meta: AttentionMetadata,
         latent_cache,
         indexer_cache,
-        shared_selection: torch.Tensor | None,
+        shared_selection: TopkSelection | torch.Tensor | None,
         mode: str = "auto",
         kernels: str | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ) -> tuple[torch.Tensor, TopkSelection | torch.Tensor | None]:
         """x [N, hidden] -> (out [N, hidden], the selection this layer used).
 
         latent_cache / indexer_cache are the layer's row stores (kv_formats.py): rows are written

@@ -87,3 +87,24 @@ def test_a_failing_compile_falls_back_to_eager_for_good(tiny_checkpoint, caplog)
     assert got_tokens == want_tokens and all(torch.equal(a, b) for a, b in zip(got, want))
     assert "no C++ compiler here" in model._decode_compiler.failure
     assert model._decode_compiler.calls == 0 and len(caplog.records) == 1  # one warning, then plain eager
+
+
+def test_hitting_dynamos_graph_limit_falls_back_instead_of_silently_running_eager(tiny_checkpoint):
+    """The dense 'expanded' form sizes its chunks from the context length, so compiled it needs a
+    new graph every step; past dynamo's per-function limit the step must fall back loudly (and
+    `calls` stop counting) rather than run uncompiled while claiming to be compiled."""
+    eager = load_model(tiny_checkpoint, dtype=torch.float32)
+    model = load_model(tiny_checkpoint, dtype=torch.float32)
+    eager.attention_mode = model.attention_mode = "expanded"
+    model.compile_decode()
+    prompt, pages = [3, 4, 5, 6, 7, 8, 9, 10, 11, 12], [0, 1, 2, 3, 4, 5, 6, 7]
+    try:
+        with torch._dynamo.config.patch(recompile_limit=2):  # the default 8 would only take longer
+            got_tokens, got = _decode(model, prompt, 6, pages)
+        want_tokens, want = _decode(eager, prompt, 6, pages)
+        assert got_tokens == want_tokens
+        assert max((a - b).abs().max().item() for a, b in zip(got, want)) <= TOL
+        assert "recompile limit" in model._decode_compiler.failure
+        assert model._decode_compiler.calls < 6  # (the limit counts graphs of earlier models too)
+    finally:
+        torch._dynamo.reset()  # the limit counts per function: leave none of it used up for later tests
