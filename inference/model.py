@@ -21,6 +21,7 @@ from inference.decode_compiler import DecodeCompiler
 from inference.forward_batch import AttentionMetadata, ForwardBatch
 from inference.kv_cache import PagedKVCache
 from inference.layers.decoder import DecoderLayer
+from inference.layers.indexer import TopkSelection
 from inference.layers.fusion import column_major
 from inference.layers.mtp import MTPLayer
 from inference.layers.norm import RMSNorm
@@ -32,6 +33,38 @@ class ModelOutput:
     hidden_states: torch.Tensor  # [M, H] for batch.logits_indices (target: after model.norm)
     logits: torch.Tensor  # [M, vocab]
     all_hidden_states: torch.Tensor | None = None  # [N, H] when asked for (MTP prefill needs every row)
+    # mtp_forward: each sequence's selection at its last row, for later draft steps to reuse
+    # (index_share_for_mtp_iteration; pick sequences with `sequences_of`). None: all keys visible.
+    draft_selection: DraftSelection | None = None
+
+
+@dataclass
+class DraftSelection:
+    """One selection row per sequence of an MTP pass: TopkSelection [B, 1, K] on the native path,
+    cache slots [B, K] through the kernels."""
+
+    rows: TopkSelection | torch.Tensor
+
+    @classmethod
+    def last_rows(cls, selection: TopkSelection | torch.Tensor, batch: ForwardBatch) -> DraftSelection:
+        last = batch.query_start_loc[1:] - 1  # flat row of each sequence's last token
+        if isinstance(selection, TopkSelection):  # padded [B, T, K] layout
+            q_lens = batch.query_start_loc[1:] - batch.query_start_loc[:-1]
+            seqs = torch.arange(batch.num_seqs, device=q_lens.device)
+            pos, valid = selection.positions[seqs, q_lens - 1], selection.valid[seqs, q_lens - 1]
+            return cls(TopkSelection(pos.unsqueeze(1), valid.unsqueeze(1)))
+        return cls(selection[last])
+
+    def sequences_of(self, index: list[int]) -> TopkSelection | torch.Tensor:
+        """The selection for a one-token-per-sequence step over these sequences, in this order."""
+        idx = torch.tensor(index, dtype=torch.long, device=self._device)
+        if isinstance(self.rows, TopkSelection):
+            return TopkSelection(self.rows.positions[idx], self.rows.valid[idx])
+        return self.rows[idx]
+
+    @property
+    def _device(self) -> torch.device:
+        return (self.rows.positions if isinstance(self.rows, TopkSelection) else self.rows).device
 
 
 class Glm5Model(nn.Module):
@@ -89,11 +122,11 @@ class Glm5ForCausalLM(nn.Module):
         )
         return meta, rope
 
-    def _run_layer(self, layer: DecoderLayer, h, rope, meta, cache: PagedKVCache, selection):
+    def _run_layer(self, layer: DecoderLayer, h, rope, meta, cache: PagedKVCache, selection, reuse: bool = False):
         i = layer.layer
         indexer_cache = cache.indexer_rows(i) if i in cache.indexer else None
         return layer(
-            h, rope, meta, cache.latent_rows(i), indexer_cache, selection, self.attention_mode, self._kernels(h)
+            h, rope, meta, cache.latent_rows(i), indexer_cache, selection, self.attention_mode, self._kernels(h), reuse
         )  # fmt: skip
 
     def _kernels(self, h: torch.Tensor) -> str | None:
@@ -128,11 +161,18 @@ class Glm5ForCausalLM(nn.Module):
 
     @torch.inference_mode()
     def mtp_forward(
-        self, batch: ForwardBatch, prev_hidden: torch.Tensor, cache: PagedKVCache, return_all_hidden: bool = False
+        self, batch: ForwardBatch, prev_hidden: torch.Tensor, cache: PagedKVCache, return_all_hidden: bool = False,
+        reuse_selection: TopkSelection | torch.Tensor | None = None,
     ) -> ModelOutput:
         """Draft step: batch.input_ids are the NEXT tokens (t_{p+1}) at positions p, prev_hidden [N, H]
         the target's hidden states at p. Returns the MTP block output before shared_head.norm as
-        hidden_states (vLLM feeds that pre-norm state to the next draft step)."""
+        hidden_states (vLLM feeds that pre-norm state to the next draft step).
+
+        reuse_selection (one token per sequence): attend over an earlier draft step's selection
+        (`ModelOutput.draft_selection.sequences_of(...)`) instead of running the MTP indexer, as
+        checkpoints with index_share_for_mtp_iteration (GLM-5.2/5.3) are served. The indexer keys
+        of such a step's positions are not written: every position a draft step reads keys at is
+        rewritten by the MTP pass that catches up on verified tokens first."""
         if self.config.num_mtp_layers == 0:
             raise RuntimeError("this checkpoint has no MTP layer (num_nextn_predict_layers=0)")
         if prev_hidden.shape != (batch.num_tokens, self.config.hidden_size):
@@ -142,10 +182,14 @@ class Glm5ForCausalLM(nn.Module):
         meta, rope = self._prepare(batch, cache)
         mtp: MTPLayer = self.model.layers[self.config.num_hidden_layers]
         u = mtp.combine(self.model.embed_tokens(batch.input_ids), prev_hidden.to(self.dtype))
-        z, _ = self._run_layer(mtp, u, rope, meta, cache, None)
+        reuse = reuse_selection is not None
+        if reuse and batch.num_tokens != batch.num_seqs:
+            raise ValueError("reuse_selection: only for steps of one new token per sequence")
+        z, selection = self._run_layer(mtp, u, rope, meta, cache, reuse_selection, reuse)
         picked = z[batch.logits_indices]
         logits = self.lm_head(mtp.shared_head.norm(picked))
-        return ModelOutput(picked, logits, z if return_all_hidden else None)
+        drafts = None if selection is None or reuse else DraftSelection.last_rows(selection, batch)
+        return ModelOutput(picked, logits, z if return_all_hidden else None, drafts)
 
     def new_cache(self, num_pages: int, page_size: int, kv_cache_dtype: str = "auto") -> PagedKVCache:
         """kv_cache_dtype: "auto" (the model dtype) or "fp8" (fp8_ds_mla latent + FP8 indexer keys)."""

@@ -77,9 +77,11 @@ class ModelRunner:
         out = self.model.forward_batch(batch, self.cache, return_all_hidden=want_hidden)
         return TargetOutput(out.logits, logit_rows, out.all_hidden_states, token_rows)
 
-    def run_mtp(self, spans: list[MtpSpan]) -> tuple[torch.Tensor, torch.Tensor]:
+    def run_mtp(self, spans: list[MtpSpan], reuse_selection=None) -> tuple[torch.Tensor, torch.Tensor, object]:
         """One MTP pass over every span; returns (logits, pre-norm hidden) at each span's last
-        position. Writes the MTP layer's KV for every position of every span."""
+        position and the pass's per-sequence selection (`DraftSelection`, None when every key was
+        visible). Writes the MTP layer's KV for every position of every span (with
+        reuse_selection, see Glm5ForCausalLM.mtp_forward, its latent only)."""
         last_rows, offset = [], 0
         for s in spans:
             offset += len(s.next_ids)
@@ -87,5 +89,5 @@ class ModelRunner:
         batch = self._batch([s.next_ids for s in spans], [s.start for s in spans], [s.pages for s in spans], last_rows)
         prev = torch.cat([s.hidden for s in spans], dim=0)
         self.fence()
-        out = self.model.mtp_forward(batch, prev, self.cache)
-        return out.logits, out.hidden_states
+        out = self.model.mtp_forward(batch, prev, self.cache, reuse_selection=reuse_selection)
+        return out.logits, out.hidden_states, out.draft_selection

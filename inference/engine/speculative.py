@@ -7,7 +7,9 @@ without speculation (greedy, and seeded sampling too); acceptance only changes t
 
 The MTP layer keeps its own KV (cache layer L). After every step it catches up over the
 positions whose target KV became valid (each paired with the token that follows it), which
-also yields the first draft; drafts 2..k chain on the MTP's own hidden state.
+also yields the first draft; drafts 2..k chain on the MTP's own hidden state. With
+`index_share_for_mtp_iteration` (GLM-5.2/5.3 configs) drafts 2..k attend over the keys the MTP
+indexer chose for the first draft and skip the indexer, as SGLang and vLLM serve them.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class MtpDrafter:
         self.k = num_draft
         self.max_position = max_position
         self._grow = grow  # grow(seq, num_tokens) -> bool: pages without preempting anyone
+        self.share_selection = runner.model.config.index_share_for_mtp_iteration
 
     def _budget(self, seq: Sequence) -> int:
         remaining = seq.params.max_tokens - seq.num_output - 1
@@ -46,23 +49,26 @@ class MtpDrafter:
             return
         spans = [MtpSpan(e.seq.pages, e.start, e.seq.tokens[e.start + 1:e.start + e.num_valid + 1],
                          hidden[e.hidden_row:e.hidden_row + e.num_valid]) for e in entries]
-        logits, z = self.runner.run_mtp(spans)
+        logits, z, first_selection = self.runner.run_mtp(spans)
+        share = first_selection if self.share_selection else None
         first = logits.argmax(dim=-1).tolist()
-        chain: list[tuple[Sequence, int, int, torch.Tensor]] = []  # seq, draft, its position, hidden
+        # seq, draft, its position, hidden, its row in the first pass
+        chain: list[tuple[Sequence, int, int, torch.Tensor, int]] = []
         for i, e in enumerate(entries):
             seq = e.seq
             seq.draft_tokens = []
             if not seq.in_decode or self._budget(seq) == 0:
                 continue
             seq.draft_tokens = [first[i]]
-            chain.append((seq, first[i], e.start + e.num_valid, z[i:i + 1]))
+            chain.append((seq, first[i], e.start + e.num_valid, z[i:i + 1], i))
         for _ in range(1, self.k):
             chain = [c for c in chain if len(c[0].draft_tokens) < self._budget(c[0]) and self._grow(c[0], c[2] + 1)]
             if not chain:
                 break
-            spans = [MtpSpan(seq.pages, pos, [tok], h) for seq, tok, pos, h in chain]
-            logits, z = self.runner.run_mtp(spans)
+            spans = [MtpSpan(seq.pages, pos, [tok], h) for seq, tok, pos, h, _ in chain]
+            reuse = share.sequences_of([c[4] for c in chain]) if share is not None else None
+            logits, z, _ = self.runner.run_mtp(spans, reuse)
             nxt = logits.argmax(dim=-1).tolist()
-            for i, (seq, _, pos, _) in enumerate(chain):
+            for i, (seq, _, pos, _, _) in enumerate(chain):
                 seq.draft_tokens.append(nxt[i])
-            chain = [(seq, nxt[i], pos + 1, z[i:i + 1]) for i, (seq, _, pos, _) in enumerate(chain)]
+            chain = [(seq, nxt[i], pos + 1, z[i:i + 1], row) for i, (seq, _, pos, _, row) in enumerate(chain)]

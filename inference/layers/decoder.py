@@ -34,9 +34,11 @@ class DecoderLayer(nn.Module):
         shared_selection: TopkSelection | torch.Tensor | None,
         mode: str = "auto",
         kernels: str | None = None,
+        reuse_selection: bool = False,
     ) -> tuple[torch.Tensor, TopkSelection | torch.Tensor | None]:
         attn, selection = self.self_attn(
-            self.input_layernorm(h), rope, meta, latent_cache, indexer_cache, shared_selection, mode, kernels
+            self.input_layernorm(h), rope, meta, latent_cache, indexer_cache, shared_selection, mode, kernels,
+            reuse_selection,
         )
         h = h + attn
         x = self.post_attention_layernorm(h)

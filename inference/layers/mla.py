@@ -95,8 +95,12 @@ class MLAttention(nn.Module):
         shared_selection: TopkSelection | torch.Tensor | None,
         mode: str = "auto",
         kernels: str | None = None,
+        reuse_selection: bool = False,
     ) -> tuple[torch.Tensor, TopkSelection | torch.Tensor | None]:
         """x [N, hidden] -> (out [N, hidden], the selection this layer used).
+
+        reuse_selection: attend over `shared_selection` even though this layer has an indexer,
+        which then does not run (MTP draft steps under index_share_for_mtp_iteration).
 
         latent_cache / indexer_cache are the layer's row stores (kv_formats.py): rows are written
         by slot and read back, in the model dtype, by slot.
@@ -116,13 +120,14 @@ class MLAttention(nn.Module):
         row = torch.cat([self.kv_a_layernorm(c), rope.apply(k_pe, self.rope_deinterleaved)], dim=-1)
         latent_cache.write(meta.slot_mapping, row)
 
+        own_indexer = self.indexer is not None and not reuse_selection
         if kernels is not None:
-            if self.indexer is not None:
+            if own_indexer:
                 selection = self.indexer.select_slots(x, q_latent, rope, meta, indexer_cache, index_k, index_w, kernels)
             else:
                 selection = shared_selection
             return self.o_proj(self._sparse_kernel(q_nope, q_pe, latent_cache, selection, kernels)), selection
-        if self.indexer is not None:
+        if own_indexer:
             selection = self.indexer(x, q_latent, rope, meta, indexer_cache, index_k, index_w)
         else:
             selection = shared_selection

@@ -74,3 +74,35 @@ def test_mtp_drafter_reports_acceptance(engine_checkpoint, hf_greedy):
         assert r.token_ids == hf_greedy(tuple(prompts[rid]), 13)
         assert r.usage.spec_draft_tokens > 0
         assert 0 <= r.usage.spec_accepted_tokens <= r.usage.spec_draft_tokens
+
+
+def test_index_share_for_mtp_iteration_skips_the_indexer_on_later_drafts(tmp_path):
+    """GLM-5.2/5.3 configs: drafts 2..k reuse the first draft's MTP selection. Output stays the
+    target's greedy output; the MTP indexer runs once per drafting round, not once per draft."""
+    from inference.random_checkpoint import write_random_checkpoint
+
+    ckpt = write_random_checkpoint(tmp_path / "ckpt", preset="tiny", seed=0,
+                                   overrides=dict(index_share_for_mtp_iteration=True))
+    cfg = dict(dtype="float32", kv_budget_tokens=1024, page_size=16, latent_norm_eps=1e-6)
+    params = SamplingParams(temperature=0.0, max_tokens=13, ignore_eos=True)
+    prompts = [make_prompt(80 + i, 20 + 9 * i) for i in range(2)]  # longer than index_topk
+    plain = Engine(ckpt, EngineConfig(**cfg)).generate([GenerateRequest(prompt_ids=p, params=params) for p in prompts])
+
+    eng = Engine(ckpt, EngineConfig(**cfg, num_speculative_tokens=K))
+    assert eng.drafter.share_selection
+    indexer = eng.model.model.layers[eng.model_config.num_hidden_layers].self_attn.indexer
+    counts = {"indexer": 0, "mtp_passes": 0}
+    real_indexer, real_run = indexer.forward, eng.runner.run_mtp
+
+    def counted_indexer(*a, **k):
+        counts["indexer"] += 1
+        return real_indexer(*a, **k)
+
+    def counted_run(*a, **k):
+        counts["mtp_passes"] += 1
+        return real_run(*a, **k)
+
+    indexer.forward, eng.runner.run_mtp = counted_indexer, counted_run
+    results = eng.generate([GenerateRequest(prompt_ids=p, params=params) for p in prompts])
+    assert [r.token_ids for r in results] == [r.token_ids for r in plain]
+    assert counts["mtp_passes"] > counts["indexer"] > 0  # chained drafts ran without it
