@@ -21,7 +21,9 @@ from dataclasses import dataclass
 import torch
 
 from inference.config import ModelConfig
-from inference.kv_formats import DenseRows, Fp8IndexerRows, Fp8LatentRows, indexer_key_bytes, latent_row_bytes
+from inference.kv_formats import (
+    DenseRows, Fp8IndexerRows, Fp8LatentRows, hadamard, indexer_key_bytes, latent_row_bytes,
+)
 
 KV_CACHE_DTYPES = ("auto", "fp8")
 
@@ -102,6 +104,8 @@ class PagedKVCache:
             layer: torch.zeros(num_pages, *indexer_shape, dtype=self.storage_dtype, device=device)
             for layer in config.indexer_layers
         }
+        # Looked up once: rows are built per layer per step (and a compiled step would trace the lookup).
+        self._rotation = hadamard(config.index_head_dim, self.device) if fp8 else None
 
     @property
     def num_layers(self) -> int:
@@ -123,7 +127,7 @@ class PagedKVCache:
             raise KeyError(f"layer {layer} is an IndexShare 'shared' layer and has no indexer cache")
         if self.kv_cache_dtype == "fp8":
             return Fp8IndexerRows(self.indexer[layer], self.page_size, self.config.index_head_dim, self.dtype,
-                                  self.power_of_two_scales)
+                                  self.power_of_two_scales, self._rotation)
         return DenseRows(self.indexer_flat(layer))
 
     def latent_flat(self, layer: int) -> torch.Tensor:

@@ -163,13 +163,16 @@ class Fp8IndexerRows:
     """FP8 indexer keys in vLLM's page layout: storage [num_pages, page_size * indexer_key_bytes]
     uint8, each page holding its tokens' values first and then their scales."""
 
-    def __init__(self, storage: torch.Tensor, page_size: int, dim: int, dtype: torch.dtype, power_of_two: bool = False):
+    def __init__(self, storage: torch.Tensor, page_size: int, dim: int, dtype: torch.dtype, power_of_two: bool = False,
+                 rotation: torch.Tensor | None | str = "hadamard"):
+        """rotation: "hadamard" looks it up; a cache that builds these rows every step passes the
+        matrix (or None where dim is not a power of two) it looked up once."""
         num_pages, page_bytes = storage.shape
         self.page_size, self.dim, self.dtype, self.power_of_two = page_size, dim, dtype, power_of_two
         blocks = num_scale_blocks(dim)
         self.values = storage[:, : page_size * dim].view(num_pages, page_size, dim)
         self.scales = storage[:, page_size * dim :].view(torch.float32).view(num_pages, page_size, blocks)
-        self.rotation = hadamard(dim, storage.device)
+        self.rotation = hadamard(dim, storage.device) if isinstance(rotation, str) else rotation
         # When a page is a whole number of dim-byte rows (page_size a multiple of 32 at dim 128, as
         # the serving engines' 64), token (page, offset) is row page * rows_per_page + offset of
         # one flat [*, dim] view and its scales row page * scale_rows + page_size * dim / 4 /

@@ -24,8 +24,9 @@ def models(tiny_checkpoint):
     return eager, compiled
 
 
-def _decode(model, prompt: list[int], steps: int, pages: list[int]) -> tuple[list[int], list[torch.Tensor]]:
-    cache = model.new_cache(num_pages=len(pages) + 1, page_size=PAGE)
+def _decode(model, prompt: list[int], steps: int, pages: list[int], kv_cache_dtype: str = "auto"):
+    """-> (greedy tokens, logits of every decode step)"""
+    cache = model.new_cache(num_pages=len(pages) + 1, page_size=PAGE, kv_cache_dtype=kv_cache_dtype)
     token = int(model.forward_batch(ForwardBatch.build([prompt], [0], [pages]), cache).logits[0].argmax())
     tokens, logits = [], []
     for i in range(steps):
@@ -45,6 +46,18 @@ def test_compiled_decode_matches_eager_across_the_index_topk_boundary(models):
     want_tokens, want = _decode(eager, prompt, 20, pages)
     got_tokens, got = _decode(compiled, prompt, 20, pages)
     assert compiled._decode_compiler.calls - calls == 20  # every decode step, not the prefill
+    assert got_tokens == want_tokens
+    assert max((a - b).abs().max().item() for a, b in zip(got, want)) <= TOL
+
+
+def test_compiled_decode_over_an_fp8_cache_matches_eager(tiny_checkpoint):
+    eager = load_model(tiny_checkpoint, dtype=torch.float32)
+    compiled = load_model(tiny_checkpoint, dtype=torch.float32)
+    compiled.compile_decode()
+    prompt, pages = list(range(3, 9)), [4, 0, 3, 1, 5, 2]
+    want_tokens, want = _decode(eager, prompt, 12, pages, "fp8")
+    got_tokens, got = _decode(compiled, prompt, 12, pages, "fp8")
+    assert compiled._decode_compiler.calls == 12 and compiled._decode_compiler.failure is None
     assert got_tokens == want_tokens
     assert max((a - b).abs().max().item() for a, b in zip(got, want)) <= TOL
 
