@@ -21,8 +21,8 @@ from inference.decode_compiler import DecodeCompiler
 from inference.forward_batch import AttentionMetadata, ForwardBatch
 from inference.kv_cache import PagedKVCache
 from inference.layers.decoder import DecoderLayer
-from inference.layers.indexer import TopkSelection
 from inference.layers.fusion import column_major
+from inference.layers.indexer import TopkSelection
 from inference.layers.mtp import MTPLayer
 from inference.layers.norm import RMSNorm
 from inference.layers.rope import RopeTables, inverse_frequencies
@@ -47,13 +47,12 @@ class DraftSelection:
 
     @classmethod
     def last_rows(cls, selection: TopkSelection | torch.Tensor, batch: ForwardBatch) -> DraftSelection:
-        last = batch.query_start_loc[1:] - 1  # flat row of each sequence's last token
-        if isinstance(selection, TopkSelection):  # padded [B, T, K] layout
+        if isinstance(selection, TopkSelection):  # padded [B, T, K] layout: row q_len - 1
             q_lens = batch.query_start_loc[1:] - batch.query_start_loc[:-1]
             seqs = torch.arange(batch.num_seqs, device=q_lens.device)
             pos, valid = selection.positions[seqs, q_lens - 1], selection.valid[seqs, q_lens - 1]
             return cls(TopkSelection(pos.unsqueeze(1), valid.unsqueeze(1)))
-        return cls(selection[last])
+        return cls(selection[batch.query_start_loc[1:] - 1])  # flat [N, K]: each sequence's last token
 
     def sequences_of(self, index: list[int]) -> TopkSelection | torch.Tensor:
         """The selection for a one-token-per-sequence step over these sequences, in this order."""
