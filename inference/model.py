@@ -138,6 +138,19 @@ class Glm5ForCausalLM(nn.Module):
         """torch.compile the layer stack for decode steps (decode_compiler.py); prefill stays eager."""
         self._decode_compiler = DecodeCompiler(self._layer_stack) if enabled else None
 
+    def warm_compiled_decode(self, cache: PagedKVCache, pages: list[int]) -> int:
+        """Compile the decode graphs now (after `compile_decode`): a decode step with index_topk keys
+        and one with index_topk + 1, each after a prefill of zeros, written into `pages` of `cache`
+        (scratch: overwritten). Steps that do not fit the pages are skipped; returns how many ran."""
+        if self._decode_compiler is None:
+            return 0
+        topk, room = self.config.index_topk, len(pages) * cache.page_size
+        lengths = [n for n in (topk - 1, topk) if 1 <= n and n + 1 <= room]
+        for n in lengths:
+            self.forward_batch(ForwardBatch.build([[0] * n], [0], [pages], device=self.device), cache)
+            self.forward_batch(ForwardBatch.build([[0]], [n], [pages], device=self.device), cache)
+        return len(lengths)
+
     def _layer_stack(self, input_ids, logits_indices, meta: AttentionMetadata, rope: RopeTables, cache: PagedKVCache,
                      return_all_hidden: bool):  # fmt: skip
         h = self.model.embed_tokens(input_ids)

@@ -91,24 +91,14 @@ class Engine:
 
     def _warm_compiled_decode(self) -> None:
         """Compile the decode graphs now, on free pages, so that no request's tokens wait for the
-        compiler (vLLM likewise compiles at start-up): one decode step with index_topk keys and one
-        with index_topk + 1 (decode_compiler.py builds one graph per side). Nothing is cached: the
-        pages go straight back to the allocator. Skipped where the compiled path never applies."""
-        from inference.forward_batch import ForwardBatch
-
-        compiler = self.model._decode_compiler
-        if compiler is None or self.model._kernels(self.kv_cache.latent[0]) is not None:
+        compiler (vLLM likewise compiles at start-up). Nothing is cached: the pages go straight
+        back to the allocator. Skipped where the compiled path never applies (Triton kernels)."""
+        if self.model._kernels(self.kv_cache.latent[0]) is not None:
             return
-        topk, ps = self.model_config.index_topk, self.config.page_size
-        lengths = [n for n in (topk - 1, topk) if 1 <= n and n + 1 <= self.max_sequence]
-        if not lengths or -(-(lengths[-1] + 1) // ps) > self.allocator.num_free:
-            return
-        pages = self.allocator.alloc(-(-(lengths[-1] + 1) // ps))
-        dev = self.model.device
+        need = -(-(self.model_config.index_topk + 1) // self.config.page_size)
+        pages = self.allocator.alloc(min(need, self.allocator.num_free))
         try:
-            for n in lengths:  # a prefill of n tokens, then the decode step that compiles
-                self.model.forward_batch(ForwardBatch.build([[0] * n], [0], [pages], device=dev), self.kv_cache)
-                self.model.forward_batch(ForwardBatch.build([[0]], [n], [pages], device=dev), self.kv_cache)
+            self.model.warm_compiled_decode(self.kv_cache, pages)
         finally:
             self.allocator.free(pages)
 
