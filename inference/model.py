@@ -134,6 +134,11 @@ class Glm5ForCausalLM(nn.Module):
             return None
         return backend
 
+    @property
+    def decode_compiler(self) -> DecodeCompiler | None:
+        """The compiled decode path after `compile_decode` (its `failure` says why it stopped, if it did)."""
+        return self._decode_compiler
+
     def compile_decode(self, enabled: bool = True) -> None:
         """torch.compile the layer stack for decode steps (decode_compiler.py); prefill stays eager."""
         self._decode_compiler = DecodeCompiler(self._layer_stack) if enabled else None

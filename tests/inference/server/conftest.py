@@ -9,8 +9,14 @@ That gives a deterministic tool call from a real forward pass; sampled output st
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
+
+import httpx
 
 import pytest
 import torch
@@ -28,6 +34,35 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def serve_and_complete(checkpoint: Path, *options: str, model_name: str | None = None) -> tuple[str, str]:
+    """Start a real `horizon serve` process on the scripted checkpoint with these options, wait for
+    /health, ask one greedy completion (of `model_name`, default the folder's name), stop it with
+    SIGTERM; -> (its banner line, the completion's text)."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "agent.cli.main", "serve", "--model", str(checkpoint), "--port", str(port),
+           "--dtype", "float32", "--kv-budget-tokens", "1024", "--log-level", "warning", *options]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        banner = proc.stdout.readline()  # printed once the engine is up
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None, f"server did not come up: {banner}"
+                time.sleep(0.1)
+        body = {"model": model_name or checkpoint.name, "prompt": "[gMASK]<sop><|user|>x<|assistant|><think>",
+                "max_tokens": 40, "temperature": 0}
+        text = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=60).json()["choices"][0]["text"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    # uvicorn shuts down gracefully, then re-raises the captured SIGTERM so the exit status says so.
+    assert proc.returncode in (0, -signal.SIGTERM), out
+    return banner, text
 
 
 def write_scripted_checkpoint(out: Path) -> Path:

@@ -2,42 +2,16 @@
 
 from __future__ import annotations
 
-import signal
+import re
 import socket
-import subprocess
-import sys
-import time
 
-import httpx
-
-from .conftest import SCRIPTED_REPLY, free_port
+from .conftest import SCRIPTED_REPLY, serve_and_complete
 
 
 def test_horizon_serve_process(scripted_checkpoint):
-    port = free_port()
-    cmd = [sys.executable, "-m", "agent.cli.main", "serve", "--model", str(scripted_checkpoint), "--port", str(port),
-           "--dtype", "float32", "--kv-budget-tokens", "4096", "--served-model-name", "cli-model", "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        banner = proc.stdout.readline()
-        assert f"http://127.0.0.1:{port}/v1" in banner and "glm-5.2 template" in banner, banner
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline and proc.poll() is None, "server did not come up"
-                time.sleep(0.1)
-        body = {"model": "cli-model", "prompt": "[gMASK]<sop><|user|>x<|assistant|><think>", "max_tokens": 40,
-                "temperature": 0}
-        reply = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=60).json()
-        assert reply["choices"][0]["text"] == SCRIPTED_REPLY
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
-    # uvicorn shuts down gracefully, then re-raises the captured SIGTERM so the exit status says so.
-    assert proc.returncode in (0, -signal.SIGTERM), out
+    banner, text = serve_and_complete(scripted_checkpoint, "--served-model-name", "cli-model", model_name="cli-model")
+    assert re.search(r"on http://127\.0\.0\.1:\d+/v1 ", banner) and "glm-5.2 template" in banner, banner
+    assert text == SCRIPTED_REPLY
 
 
 def test_horizon_serve_rejects_a_folder_without_checkpoint(tmp_path):

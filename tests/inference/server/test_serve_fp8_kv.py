@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
-import time
-
-import httpx
-
-from .conftest import SCRIPTED_REPLY, free_port
+from .conftest import SCRIPTED_REPLY, serve_and_complete
 
 
 def test_horizon_serve_with_an_fp8_kv_cache(scripted_checkpoint):
@@ -18,31 +11,11 @@ def test_horizon_serve_with_an_fp8_kv_cache(scripted_checkpoint):
 
     import torch
 
-    port = free_port()
-    cmd = [sys.executable, "-m", "agent.cli.main", "serve", "--model", str(scripted_checkpoint), "--port", str(port),
-           "--dtype", "float32", "--kv-cache-dtype", "fp8", "--kv-budget-tokens", "1024", "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        banner = proc.stdout.readline()
-        no_mtp = ModelConfig.from_pretrained(scripted_checkpoint, num_nextn_predict_layers=0)  # loaded only to draft
-        per_token = kv_bytes_per_token(no_mtp, torch.float32, "fp8")
-        assert f"KV cache fp8: {per_token:,} B/token" in banner, banner
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline and proc.poll() is None, "server did not come up"
-                time.sleep(0.1)
-        body = {"model": scripted_checkpoint.name, "prompt": "[gMASK]<sop><|user|>x<|assistant|><think>",
-                "max_tokens": 40, "temperature": 0}
-        reply = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=60).json()
-        assert reply["choices"][0]["text"] == SCRIPTED_REPLY
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
-    assert proc.returncode in (0, -signal.SIGTERM), out
+    banner, text = serve_and_complete(scripted_checkpoint, "--kv-cache-dtype", "fp8")
+    no_mtp = ModelConfig.from_pretrained(scripted_checkpoint, num_nextn_predict_layers=0)  # loaded only to draft
+    per_token = kv_bytes_per_token(no_mtp, torch.float32, "fp8")
+    assert f"KV cache fp8: {per_token:,} B/token" in banner, banner
+    assert text == SCRIPTED_REPLY
 
 
 def test_horizon_serve_rejects_an_unknown_kv_cache_dtype(tiny_checkpoint, capsys):
