@@ -147,8 +147,8 @@ class Glm5ForCausalLM(nn.Module):
         """Compile the decode graphs now (after `compile_decode`): a decode step with index_topk keys
         and one with index_topk + 1, each after a prefill of zeros, written into `pages` of `cache`
         (scratch: overwritten). Steps that do not fit the pages are skipped; returns how many ran."""
-        if self._decode_compiler is None:
-            return 0
+        if self._decode_compiler is None or self._kernels(cache.latent[0]) is not None:
+            return 0  # nothing to compile: not asked for, or steps go through the Triton kernels
         topk, room = self.config.index_topk, len(pages) * cache.page_size
         lengths = [n for n in (topk - 1, topk) if 1 <= n and n + 1 <= room]
         for n in lengths:

@@ -92,9 +92,7 @@ class Engine:
     def _warm_compiled_decode(self) -> None:
         """Compile the decode graphs now, on free pages, so that no request's tokens wait for the
         compiler (vLLM likewise compiles at start-up). Nothing is cached: the pages go straight
-        back to the allocator. Skipped where the compiled path never applies (Triton kernels)."""
-        if self.model._kernels(self.kv_cache.latent[0]) is not None:
-            return
+        back to the allocator."""
         need = -(-(self.model_config.index_topk + 1) // self.config.page_size)
         pages = self.allocator.alloc(min(need, self.allocator.num_free))
         try:

@@ -100,20 +100,20 @@ class Indexer(nn.Module):
         # of the [T, H, S] scores (as DeepSeek's reference and vLLM do).
         w = meta.to_padded(head_weights.float() * (self.n_heads**-0.5 * self.head_dim**-0.5))  # [B, T, H]
         keys_t = keys.transpose(1, 2)
-        if t == 1:  # decode: one row, every visible key
-            logits = self._logits(q, w, keys_t).view(b, 1, s).masked_fill_(meta.key_hidden, float("-inf"))
-            top = stable_topk(logits, self.topk)
-            return TopkSelection(top, meta.key_valid.gather(-1, top))
-        # Prefill: chunks of query rows, each scored only against the keys up to its last position
-        # (causal: about half the work of scoring all S keys), which also bounds the per-head
-        # scores, the largest temporary of the step. One host sync for the chunks' key ranges.
-        rows = min(CAUSAL_CHUNK_ROWS, max(1, MAX_SCORE_ELEMENTS // max(1, b * self.n_heads * s)))
-        last = meta.to_padded(meta.positions).amax(0).tolist()  # [T] last position in each padded row
-        keys_t = keys_t.contiguous()
+        if t == 1:  # decode: one row against every visible key (no host sync: compiled decode traces this)
+            chunks = [(0, 1, s)]
+        else:
+            # Prefill: chunks of query rows, each scored only against the keys up to its last
+            # position (causal: about half the work of scoring all S keys), which also bounds the
+            # per-head scores, the largest temporary of the step. One host sync for the ranges.
+            rows = min(CAUSAL_CHUNK_ROWS, max(1, MAX_SCORE_ELEMENTS // max(1, b * self.n_heads * s)))
+            last = meta.to_padded(meta.positions).amax(0).tolist()  # [T] last position in each padded row
+            # Keys past a chunk's width are hidden from every row in it.
+            chunks = [(r0, min(t, r0 + rows), min(s, max(self.topk, max(last[r0 : r0 + rows]) + 1)))
+                      for r0 in range(0, t, rows)]  # fmt: skip
+            keys_t = keys_t.contiguous()
         tops = []
-        for r0 in range(0, t, rows):
-            r1 = min(t, r0 + rows)
-            width = min(s, max(self.topk, max(last[r0:r1]) + 1))  # keys past it are hidden from every row
+        for r0, r1, width in chunks:
             part = self._logits(q[:, r0 * self.n_heads : r1 * self.n_heads], w[:, r0:r1], keys_t[..., :width])
             part = part.view(b, r1 - r0, width).masked_fill_(meta.key_hidden[:, r0:r1, :width], float("-inf"))
             tops.append(stable_topk(part, self.topk))

@@ -71,9 +71,12 @@ class RoutedExperts(nn.Module):
         if self.gate_up_proj.device.type == "cpu":
             self.gate_up_proj = column_major(self.gate_up_proj)
             self.down_proj = column_major(self.down_proj)
-        # Per-expert [in, out] views for the batch-1 path: a Python list lookup instead of a select
-        # and a transpose op per expert per step. NOTE: views of the parameters above; they stay
-        # valid because nothing replaces those tensors after loading.
+        self._build_expert_views()
+
+    def _build_expert_views(self) -> None:
+        """Per-expert [in, out] views for the batch-1 path: a Python list lookup instead of a select
+        and a transpose op per expert per step. NOTE: views of the parameters; they stay valid
+        because nothing replaces those tensors after loading."""
         self._gate_up_t = [w.t() for w in self.gate_up_proj.detach().unbind(0)]
         self._down_t = [w.t() for w in self.down_proj.detach().unbind(0)]
 
@@ -113,8 +116,7 @@ class RoutedExperts(nn.Module):
                 y = y + weights[:, j : j + 1].to(y.dtype) * routed
             return y
         if self._gate_up_t is None:  # not fused (weights used as constructed)
-            self._gate_up_t = [w.t() for w in self.gate_up_proj.detach().unbind(0)]
-            self._down_t = [w.t() for w in self.down_proj.detach().unbind(0)]
+            self._build_expert_views()
         for e, w in zip(ids[0].tolist(), weights[0].tolist()):
             gate, up = torch.mm(x, self._gate_up_t[e]).chunk(2, dim=-1)
             y = torch.addmm(y, F.silu(gate) * up, self._down_t[e], alpha=w)
