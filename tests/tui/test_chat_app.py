@@ -24,6 +24,12 @@ async def until(pilot, predicate, timeout: float = 20.0, what: str = "condition"
         await pilot.pause(0.05)
 
 
+def turn_settled(app) -> bool:
+    # The worker thread ends before the UI has drawn its last events; stats.busy clears only when
+    # the UI handles TurnDone, which the worker posts after every record of the turn.
+    return not app.controller.busy and not app.stats.busy
+
+
 def approval_shown(app) -> bool:
     return app.approval_pending and app.query_one("#approval").display
 
@@ -44,8 +50,7 @@ async def test_request_approve_command_and_edit_then_see_diff(make_app, chat_rep
         await pilot.press("a")  # always allow str_replace from now on
         await until(pilot, lambda: approval_shown(app) and app._pending.call.call_id == "c3", what="rerun approval")
         await pilot.press("y")
-        await until(pilot, lambda: not app.controller.busy and app.query(AnswerBlock), what="the answer")
-        await pilot.pause(0.1)
+        await until(pilot, lambda: turn_settled(app) and app.query(AnswerBlock), what="the answer")
         assert "str_replace" in app.controller.policy.always_allowed
         assert chat_repo.joinpath("calc.py").read_text().endswith("a + b\n")
         blocks = app.conversation.tools
@@ -138,7 +143,7 @@ async def test_denial_with_a_reason_goes_back_to_the_model(make_app, chat_repo):
         await pilot.press(*"clean up", "enter")
         await until(pilot, lambda: approval_shown(app), what="approval")
         await pilot.press(*"do not delete files", "enter")
-        await until(pilot, lambda: not app.controller.busy, what="turn end")
+        await until(pilot, lambda: turn_settled(app), what="turn end")
         assert app.conversation.tools["d1"].state == "denied"
         tool_messages = [m for m in app.controller.agent.messages if m.role == "tool"]
         assert tool_messages[0].content == "denied: the user declined and said: do not delete files"
@@ -155,7 +160,7 @@ async def test_interrupt_stops_a_running_command_and_ctrl_c_twice_exits(make_app
                     what="the command to start")
         await pilot.pause(0.5)
         await pilot.press("escape")
-        await until(pilot, lambda: not app.controller.busy, timeout=15, what="the interrupt")
+        await until(pilot, lambda: turn_settled(app), timeout=15, what="the interrupt")
         finish = [r for r in app.controller.session.records() if isinstance(r, FinishEvent)]
         assert finish[-1].reason == "interrupted"
         assert "stopped: interrupted" in screen_text(app)
@@ -176,7 +181,7 @@ async def test_escape_while_an_approval_waits_interrupts_the_turn(make_app, chat
         await until(pilot, lambda: approval_shown(app), what="approval")
         assert "+hello" in app.conversation.tools["e1"].query_one(DiffView).diff
         await pilot.press("escape")
-        await until(pilot, lambda: not app.controller.busy, what="the interrupt")
+        await until(pilot, lambda: turn_settled(app), what="the interrupt")
         assert not app.query_one("#approval").display
         finish = [r for r in app.controller.session.records() if isinstance(r, FinishEvent)]
         assert finish[-1].reason == "interrupted" and not (chat_repo / "new.txt").exists()
