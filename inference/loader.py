@@ -10,13 +10,20 @@
 - Indexer tensors on IndexShare "shared" layers and the MTP layer's optional copies of
   embed_tokens / shared_head.head are tolerated and skipped.
 - Anything else missing, unexpected or mis-shaped is an error that names every such tensor.
+- Tensor/expert parallel (`parallel`): each rank reads only its slices (`shard_for`, through
+  safetensors' get_slice on the mmap, never the whole tensor) and only its own experts; an FP8
+  shard that cuts a scale block is read whole, dequantized, then sliced (correct, one tensor's
+  peak). `load_stats` reports what a rank read and its peak memory.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
+import resource
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,6 +32,10 @@ from safetensors import safe_open
 from inference.config import ModelConfig
 from inference.fp8 import DEFAULT_BLOCK, dequantize_blockwise
 from inference.model import Glm5ForCausalLM
+from inference.parallel.shard import REPLICATED, Shard, owns_expert, shard_for
+from inference.parallel.state import ParallelState
+
+log = logging.getLogger(__name__)
 
 _EXPERT = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 _INDEXER = re.compile(r"^model\.layers\.(\d+)\.self_attn\.indexer\.")
@@ -73,6 +84,30 @@ class _Shards:
     def get(self, name: str) -> torch.Tensor:
         return self.handle(name).get_tensor(name)
 
+    def read(self, name: str, shard: Shard) -> torch.Tensor:
+        """Only `shard` of the tensor, sliced from the memory map."""
+        return shard.read(self.handle(name).get_slice(name), self.shape(name))
+
+
+@dataclass
+class LoadStats:
+    """What one rank's load cost (printed by `horizon serve` per rank)."""
+
+    rank: int
+    world: int
+    param_bytes: int  # resident parameter bytes after the load
+    read_bytes: int  # bytes read from the checkpoint (after slicing)
+    peak_rss_bytes: int  # the process's peak resident set (includes the interpreter and torch)
+
+    def describe(self) -> str:
+        gib = 1 << 30
+        return (f"rank {self.rank}/{self.world}: {self.param_bytes / gib:.3f} GiB of parameters, "
+                f"{self.read_bytes / gib:.3f} GiB read, peak host RSS {self.peak_rss_bytes / gib:.3f} GiB")
+
+
+def _peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
 
 def load_model(
     path: str | Path,
@@ -80,33 +115,48 @@ def load_model(
     device: str | torch.device = "cpu",
     latent_norm_eps: float | None = None,
     mtp: bool = True,
+    parallel: ParallelState | None = None,
 ) -> Glm5ForCausalLM:
-    """Build the model from `path` (a checkpoint directory). mtp=False drops the MTP layer."""
+    """Build the model from `path` (a checkpoint directory). mtp=False drops the MTP layer;
+    `parallel`: load this rank's shards only (the model's `load_stats` says what it cost)."""
+    parallel = parallel or ParallelState.single()
     path = Path(path)
     overrides = {} if latent_norm_eps is None else {"latent_norm_eps": latent_norm_eps}
     if not mtp:
         overrides["num_nextn_predict_layers"] = 0
     config = ModelConfig.from_pretrained(path, **overrides)
     with torch.device("meta"):
-        model = Glm5ForCausalLM(config)
+        model = Glm5ForCausalLM(config, parallel)  # validates the layout before anything is read
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     shards = _Shards(checkpoint_files(path))
     block = config.weight_block_size or DEFAULT_BLOCK
-    plan, errors = _plan(config, expected, shards)
+    plan, errors = _plan(config, expected, shards, parallel)
     if errors:
         raise CheckpointError(f"checkpoint {path} does not match the model config:\n  " + "\n  ".join(errors))
+    read_bytes = 0
 
     def read(name: str, target: torch.dtype) -> torch.Tensor:
-        t = shards.get(name)
+        nonlocal read_bytes
+        shard = shard_for(name, config, parallel)
         scale = name + "_scale_inv"
-        if scale in shards.files:
-            try:
-                return dequantize_blockwise(t, shards.get(scale), block, target)
-            except ValueError as exc:
-                raise CheckpointError(f"{scale}: {exc}") from None
-        if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-            raise CheckpointError(f"{name}: stored as {t.dtype} but {scale} is missing")
-        return t.to(target)
+        if scale not in shards.files:
+            t = shards.read(name, shard)
+            if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+                raise CheckpointError(f"{name}: stored as {t.dtype} but {scale} is missing")
+            read_bytes += t.numel() * t.element_size()
+            return t.to(target)
+        full = shards.shape(name)
+        scale_shard = shard.in_blocks(block[shard.dim], full[shard.dim]) if not shard.replicated else REPLICATED
+        try:
+            if scale_shard is None:  # this shard cuts a scale block: dequantize whole, then slice
+                w = dequantize_blockwise(shards.get(name), shards.get(scale), block, target)
+                read_bytes += w.numel() * shards.get(name).element_size()
+                return shard.read(w, full)
+            t, s = shards.read(name, shard), shards.read(scale, scale_shard)
+            read_bytes += t.numel() * t.element_size() + s.numel() * s.element_size()
+            return dequantize_blockwise(t, s, block, target)
+        except ValueError as exc:
+            raise CheckpointError(f"{scale}: {exc}") from None
 
     state: dict[str, torch.Tensor] = {}
     for param, source in plan.items():
@@ -115,9 +165,10 @@ def load_model(
             state[param] = read(source, target).to(device)
             continue
         packed = torch.empty(expected[param], dtype=target, device=device)
+        e0 = model.get_submodule(param.rsplit(".", 1)[0]).e0
         for (e, row0), name in source.items():
             t = read(name, target)
-            packed[e, row0 : row0 + t.shape[0]] = t.to(device)
+            packed[e - e0, row0 : row0 + t.shape[0]] = t.to(device)
         state[param] = packed
     if "lm_head.weight" not in state:  # tie_word_embeddings (checked in _plan)
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
@@ -126,15 +177,18 @@ def load_model(
     # original as soon as its re-laid-out replacement exists (peak: one layer's extra copy).
     state.clear()
     model.fuse_weights()
+    param_bytes = sum(t.numel() * t.element_size() for t in {id(t): t for t in model.state_dict().values()}.values())
+    model.load_stats = LoadStats(parallel.rank, parallel.world, param_bytes, read_bytes, _peak_rss())
+    log.info("loaded %s: %s", path, model.load_stats.describe())
     return model.eval()
 
 
-def _plan(config: ModelConfig, expected: dict[str, tuple[int, ...]], shards: _Shards):
-    """Map every model parameter to its checkpoint source; collect every mismatch."""
+def _plan(config: ModelConfig, expected: dict[str, tuple[int, ...]], shards: _Shards, parallel: ParallelState):
+    """Map every model parameter to its checkpoint source; collect every mismatch. Shapes are
+    compared as this rank holds them (a sharded tensor's local slice)."""
     plan: dict[str, object] = {}
     errors: list[str] = []
     experts: dict[str, dict] = defaultdict(dict)
-    inter = config.moe_intermediate_size
     names = set(shards.files)
     mtp_prefix = f"model.layers.{config.num_hidden_layers}."
     for name in sorted(names):
@@ -151,15 +205,18 @@ def _plan(config: ModelConfig, expected: dict[str, tuple[int, ...]], shards: _Sh
             if param not in expected:
                 errors.append(f"{name}: unexpected (no MoE experts at {prefix})")
                 continue
-            want = expected[param][1:]
-            want = (inter, want[1]) if kind != "down_proj" else want
-            got = shards.shape(name)
-            if e >= expected[param][0]:
-                errors.append(f"{name}: unexpected (expert {e} >= n_routed_experts={expected[param][0]})")
+            local = expected[param][1:]
+            want = (local[0] // 2, local[1]) if kind != "down_proj" else local
+            full = shards.shape(name)
+            got = shard_for(name, config, parallel).local_shape(full)
+            if e >= config.n_routed_experts:
+                errors.append(f"{name}: unexpected (expert {e} >= n_routed_experts={config.n_routed_experts})")
             elif got != want:
-                errors.append(f"{name}: checkpoint shape {list(got)} != model shape {list(want)}")
-            else:
-                experts[param][(e, inter if kind == "up_proj" else 0)] = name
+                part = "" if got == full else f" (this rank's part {list(got)})"
+                errors.append(f"{name}: checkpoint shape {list(full)}{part} != model shape {list(want)}")
+            else:  # another rank's experts are checked for presence and shape, never read
+                owned = owns_expert(e, config, parallel)
+                experts[param][(e, want[0] if kind == "up_proj" else 0)] = name if owned else None
             continue
         if name not in expected:
             m = _INDEXER.match(name)
@@ -169,20 +226,22 @@ def _plan(config: ModelConfig, expected: dict[str, tuple[int, ...]], shards: _Sh
                 continue  # optional copies of the target's embed_tokens / lm_head
             errors.append(f"{name}: unexpected tensor {list(shards.shape(name))}")
             continue
-        got = shards.shape(name)
+        full = shards.shape(name)
+        got = shard_for(name, config, parallel).local_shape(full)
         if got != expected[name]:
-            errors.append(f"{name}: checkpoint shape {list(got)} != model shape {list(expected[name])}")
+            part = "" if got == full else f" (this rank's part {list(got)})"
+            errors.append(f"{name}: checkpoint shape {list(full)}{part} != model shape {list(expected[name])}")
         plan[name] = name
     for param, parts in experts.items():
-        n_experts = expected[param][0]
+        inter = expected[param][1] // 2  # this rank's part of moe_intermediate_size
         rows = (0, inter) if param.endswith("gate_up_proj") else (0,)
         kinds = {0: "gate_proj", inter: "up_proj"} if len(rows) == 2 else {0: "down_proj"}
         prefix = param.rsplit(".", 1)[0]
-        for e in range(n_experts):
+        for e in range(config.n_routed_experts):
             for r in rows:
                 if (e, r) not in parts:
                     errors.append(f"{prefix}.{e}.{kinds[r]}.weight: missing")
-        plan[param] = parts
+        plan[param] = {key: name for key, name in parts.items() if name is not None}
     for param, shape in expected.items():
         if param in plan:
             continue

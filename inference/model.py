@@ -7,6 +7,10 @@ modules (it builds a throw-away cache of one page per sequence).
 
 IndexShare: the selection of the most recent "full" layer is reused by the "shared" layers that
 follow it, for the same tokens of the same step.
+
+Tensor/expert parallelism (`parallel`, inference/parallel/): the same code on every rank over its
+shards; the embedding and LM head are vocab-parallel and only the leader gets logits (None on
+followers, which never sample).
 """
 
 from __future__ import annotations
@@ -26,12 +30,14 @@ from inference.layers.indexer import TopkSelection
 from inference.layers.mtp import MTPLayer
 from inference.layers.norm import RMSNorm
 from inference.layers.rope import RopeTables, inverse_frequencies
+from inference.parallel.state import ParallelState
+from inference.parallel.vocab import ParallelLMHead, VocabParallelEmbedding
 
 
 @dataclass
 class ModelOutput:
     hidden_states: torch.Tensor  # [M, H] for batch.logits_indices (target: after model.norm)
-    logits: torch.Tensor  # [M, vocab]
+    logits: torch.Tensor | None  # [M, vocab]; None on a tensor-parallel follower (only the leader samples)
     all_hidden_states: torch.Tensor | None = None  # [N, H] when asked for (MTP prefill needs every row)
     # mtp_forward: each sequence's selection at its last row, for later draft steps to reuse
     # (index_share_for_mtp_iteration; pick sequences with `sequences_of`). None: all keys visible.
@@ -67,21 +73,31 @@ class DraftSelection:
 
 
 class Glm5Model(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, parallel: ParallelState):
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        layers: list[nn.Module] = [DecoderLayer(config, i) for i in range(config.num_hidden_layers)]
-        layers += [MTPLayer(config, config.num_hidden_layers + i) for i in range(config.num_mtp_layers)]
+        if parallel.world > 1:
+            self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, parallel)
+        else:
+            self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        layers: list[nn.Module] = [DecoderLayer(config, i, parallel) for i in range(config.num_hidden_layers)]
+        layers += [MTPLayer(config, config.num_hidden_layers + i, parallel) for i in range(config.num_mtp_layers)]
         self.layers = nn.ModuleList(layers)
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
 class Glm5ForCausalLM(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, parallel: ParallelState | None = None):
         super().__init__()
+        from inference.parallel.shard import validate_layout
+
         self.config = config
-        self.model = Glm5Model(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.parallel = parallel or ParallelState.single()
+        validate_layout(config, self.parallel)
+        self.model = Glm5Model(config, self.parallel)
+        if self.parallel.world > 1:
+            self.lm_head = ParallelLMHead(config.hidden_size, config.vocab_size, self.parallel)
+        else:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         # "auto" picks absorbed MLA for short per-sequence chunks (decode) and expanded otherwise.
         self.attention_mode = "auto"
         # Sparse attention / MoE through the `kernels` package: "auto" = on CUDA only (Triton),
@@ -141,6 +157,9 @@ class Glm5ForCausalLM(nn.Module):
 
     def compile_decode(self, enabled: bool = True) -> None:
         """torch.compile the layer stack for decode steps (decode_compiler.py); prefill stays eager."""
+        if enabled and self.parallel.world > 1:
+            # In-place collectives graph-break under dynamo; functional collectives come with CUDA graphs.
+            raise ValueError(f"compile_decode: not supported with {self.parallel.world} parallel ranks (use 1)")
         self._decode_compiler = DecodeCompiler(self._layer_stack) if enabled else None
 
     def warm_compiled_decode(self, cache: PagedKVCache, pages: list[int]) -> int:
@@ -228,4 +247,5 @@ class Glm5ForCausalLM(nn.Module):
             block_table=torch.arange(b, device=dev).view(b, 1),
             logits_indices=torch.arange(b * t, device=dev),
         )
-        return self.forward_batch(batch, cache).logits.view(b, t, -1)
+        logits = self.forward_batch(batch, cache).logits
+        return None if logits is None else logits.view(b, t, -1)

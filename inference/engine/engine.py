@@ -36,12 +36,29 @@ class Engine:
     def __init__(self, checkpoint_path: str | Path, config: EngineConfig,
                  detokenize: Optional[Callable[[list[int]], str]] = None,
                  clock: Callable[[], float] = time.monotonic):
+        self.config = config
+        # Tensor/expert parallel: the followers start (and load their shards) beside this process.
+        from inference.parallel.engine_ranks import abort_ranks, start_ranks
+
+        self.ranks = start_ranks(checkpoint_path, config)
+        self.fatal: Optional[Exception] = None  # set when a rank fails: the engine cannot go on
+        self.on_fatal: list[Callable[[Exception], None]] = []
+        try:
+            self._build(checkpoint_path, config, detokenize, clock)
+        except BaseException:
+            if self.ranks is not None:
+                abort_ranks(self.ranks)
+            raise
+
+    def _build(self, checkpoint_path, config: EngineConfig, detokenize, clock) -> None:
         from inference.loader import load_model
         from inference.kv_cache import PagedKVCache, kv_bytes_per_token
 
-        self.config = config
+        device = config.device if self.ranks is None else self.ranks.device
+        parallel = None if self.ranks is None else self.ranks.state
         # The MTP layer (weights and its KV pages) is only loaded when it drafts.
-        self.model = load_model(checkpoint_path, dtype=_DTYPES[config.dtype], device=config.device,
+        self.model = load_model(checkpoint_path, dtype=_DTYPES[config.dtype], device=device,
+                                parallel=parallel,
                                 latent_norm_eps=config.latent_norm_eps, mtp=config.num_speculative_tokens > 0)
         self.model_config = self.model.config
         if config.compile_decode:
@@ -64,7 +81,14 @@ class Engine:
         self.prefix_cache = RadixCache(ps, self.allocator, self.host, clock=clock, enabled=config.enable_prefix_cache,
                                        copy_page=self._copy_page)
         self.scheduler = Scheduler(config, self.prefix_cache, self.allocator)
-        self.runner = ModelRunner(self.model, self.kv_cache, ps, fence=self.host.fence)
+        if self.ranks is None:
+            self.runner = ModelRunner(self.model, self.kv_cache, ps, fence=self.host.fence, host=self.host)
+        else:
+            from inference.parallel.engine_ranks import leader_runner
+
+            self.runner = leader_runner(self.ranks, self.model, self.kv_cache, ps, self.host,
+                                        config.parallel.heartbeat_s, self._rank_failed)
+        self.host.copier = self.runner.host_copy  # followers mirror every host-tier copy
         self.max_position = self.model_config.max_position_embeddings
         # A sequence also ends ("length") when it would no longer fit the KV budget with its drafts.
         self.max_sequence = min(self.max_position, self.num_device_pages * ps - config.num_speculative_tokens)
@@ -100,9 +124,25 @@ class Engine:
         finally:
             self.allocator.free(pages)
 
+    def _rank_failed(self, reason: str) -> None:
+        """From the rank monitor: a follower died. Fail everything now; nothing can run again."""
+        from inference.parallel.launch import RankFailure
+
+        self._set_fatal(RankFailure(reason))
+
+    def _set_fatal(self, exc: Exception) -> None:
+        if self.fatal is not None:
+            return
+        self.fatal = exc
+        with self._lock:
+            self._stopping = True
+            self._wake.notify()
+        self._fail_all(exc)
+        for callback in self.on_fatal:
+            callback(exc)
+
     def _copy_page(self, src: int, dst: int) -> None:
-        self.host.fence()  # dst may be a page whose spill to the host is still in flight
-        self.kv_cache.copy_pages(torch.tensor([src]), torch.tensor([dst]))
+        self.runner.copy_pages([src], [dst])
 
     # ---- validation ----
     def _validate(self, req: GenerateRequest) -> None:
@@ -132,6 +172,8 @@ class Engine:
 
     # ---- public API ----
     def submit(self, req: GenerateRequest) -> RequestHandle:
+        if self.fatal is not None:
+            raise EngineError("engine", f"the engine has stopped: {self.fatal}")
         self._validate(req)
         rid = req.request_id or f"req-{next(self._ids)}"
         with self._lock:
@@ -178,6 +220,8 @@ class Engine:
             self._take_inbox()
             for seq, _ in list(self._live.values()):
                 self._emit(seq, [], [], ("abort", None))
+        if self.ranks is not None:
+            self.runner.stop()  # Stop to every follower, then reap them
 
     def __enter__(self) -> "Engine":
         return self.start()
@@ -224,6 +268,11 @@ class Engine:
             try:
                 self.step()
             except Exception as exc:  # never leave clients waiting on a dead loop
+                from inference.parallel.launch import RankFailure
+
+                if isinstance(exc, RankFailure):  # the ranks are out of step: stop for good
+                    self._set_fatal(exc)
+                    return
                 self._fail_all(exc)
 
     def _fail_all(self, exc: Exception) -> None:
@@ -240,9 +289,14 @@ class Engine:
                 handle.fail(exc)
 
     def _drive(self, handle: RequestHandle) -> bool:
-        if self._thread is not None:
+        if self._thread is not None or self.fatal is not None:
             return False
-        self.step()
+        from inference.parallel.launch import RankFailure
+
+        try:
+            self.step()
+        except RankFailure as exc:
+            self._set_fatal(exc)
         return True
 
     @torch.inference_mode()
@@ -272,7 +326,7 @@ class Engine:
                 if o.finish is None and self.drafter is not None:
                     catch_up.append(CatchUp(seq, o.item.start, o.num_valid, out.token_rows[o.index]))
             if self.drafter is not None:
-                self.drafter.step(catch_up, out.hidden)
+                self.drafter.step(catch_up)
             for o in outcomes:
                 self._emit(o.item.seq, o.new_tokens, o.logprobs, o.finish)
 

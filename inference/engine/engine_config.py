@@ -6,6 +6,8 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from inference.parallel.settings import ParallelConfig
+
 REASONING_LEVELS = ("none", "low", "medium", "high", "max")
 
 # Thinking-token budgets per reasoning effort; None means unlimited.
@@ -56,6 +58,8 @@ class EngineConfig(BaseModel):
     # Waiting requests are reordered by cached-prefix length, but one that has waited this many
     # steps goes first, so a long-prefix stream cannot starve a cold request.
     max_wait_steps: int = Field(default=32, ge=1)
+    # Tensor / expert parallelism over several processes (inference/parallel/); one by default.
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
 
     @field_validator("dtype")
     @classmethod

@@ -34,6 +34,9 @@ class HostTier:
         self._cuda = device is not None and device.type == "cuda" and host_cache is not None
         self._stream = torch.cuda.Stream(device=device) if self._cuda else None
         self._copies_done: Optional[torch.cuda.Event] = None  # after the last copy issued
+        # Runs each copy: `copy` here; the engine routes it through its model runner so that
+        # tensor-parallel followers mirror every copy into their own host pages.
+        self.copier = self.copy
 
     @property
     def enabled(self) -> bool:
@@ -46,13 +49,13 @@ class HostTier:
     def spill(self, device_pages: list[int]) -> list[int]:
         """Copy device pages out; the caller then frees the device pages."""
         host_pages = self.allocator.alloc(len(device_pages))
-        self._copy(self.device_cache, device_pages, self.host_cache, host_pages)
+        self.copier("spill", device_pages, host_pages)
         self.pages_spilled += len(device_pages)
         return host_pages
 
     def load(self, host_pages: list[int], device_pages: list[int]) -> None:
         """Copy host pages into device pages; the host copy stays."""
-        self._copy(self.host_cache, host_pages, self.device_cache, device_pages)
+        self.copier("load", host_pages, device_pages)
         self.pages_restored += len(host_pages)
 
     def restore(self, host_pages: list[int], device_pages: list[int]) -> None:
@@ -71,6 +74,15 @@ class HostTier:
         if self._copies_done is not None:
             torch.cuda.current_stream(self._stream.device).wait_event(self._copies_done)
             self._copies_done = None
+
+    def copy(self, direction: str, src_pages: list[int], dst_pages: list[int]) -> None:
+        """The copy itself: "spill" device -> host pages, "load" host -> device pages."""
+        if direction == "spill":
+            self._copy(self.device_cache, src_pages, self.host_cache, dst_pages)
+        elif direction == "load":
+            self._copy(self.host_cache, src_pages, self.device_cache, dst_pages)
+        else:
+            raise ValueError(f"host copy direction {direction!r}: expected 'spill' or 'load'")
 
     def _copy(self, src, src_pages: list[int], dst, dst_pages: list[int]) -> None:
         if src is None or dst is None or not src_pages:

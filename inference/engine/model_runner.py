@@ -1,4 +1,10 @@
-"""Turns scheduled items into `ForwardBatch`es and runs the target model and its MTP layer."""
+"""Turns scheduled items into `ForwardBatch`es and runs the target model and its MTP layer.
+
+Every call is a command (runner_commands.py) that `execute` carries out, so a tensor-parallel
+follower can replay the leader's calls exactly (parallel/follower.py). The runner keeps the
+tensors later commands refer to: the last target hidden states, the last MTP pass's hidden
+states and the last draft selection.
+"""
 
 from __future__ import annotations
 
@@ -7,31 +13,28 @@ from typing import Callable
 
 import torch
 
+from inference.engine.runner_commands import (
+    Command, CopyPages, Heartbeat, HiddenRef, HostCopy, MtpSpanSpec, MtpStep, TargetStep,
+)
 from inference.engine.scheduler import ScheduledItem
 from inference.forward_batch import ForwardBatch
 
 
 @dataclass
 class TargetOutput:
-    logits: torch.Tensor  # [M, V] rows for every item's trailing num_logits positions, item order
+    logits: torch.Tensor | None  # [M, V] rows for every item's trailing num_logits positions, item order
     logit_rows: list[int]  # per item: first row in `logits` (valid only when num_logits > 0)
     hidden: torch.Tensor | None  # [N, H] every fed token's hidden state (only with MTP)
     token_rows: list[int]  # per item: first row of its tokens in `hidden`
 
 
-@dataclass
-class MtpSpan:
-    """MTP input for one sequence: positions [start, start+len(next_ids)), each paired with the
-    token that follows it and the target hidden state at it."""
-
-    pages: list[int]
-    start: int
-    next_ids: list[int]
-    hidden: torch.Tensor  # [len(next_ids), H]
+# MTP input for one sequence: positions [start, start+len(next_ids)), each paired with the token
+# that follows it and the target (or previous draft's) hidden state at it, by reference.
+MtpSpan = MtpSpanSpec
 
 
 class ModelRunner:
-    def __init__(self, model, cache, page_size: int, fence: Callable[[], None] = lambda: None):
+    def __init__(self, model, cache, page_size: int, fence: Callable[[], None] = lambda: None, host=None):
         self.model = model
         self.cache = cache
         self.page_size = page_size
@@ -39,6 +42,10 @@ class ModelRunner:
         # Waits for host-tier copies (HostTier.fence): a forward reads restored pages and writes
         # pages whose spill may still be in flight.
         self.fence = fence
+        self.host = host  # HostTier whose copies HostCopy commands run (None: no host tier)
+        self._target_hidden: torch.Tensor | None = None
+        self._mtp_hidden: torch.Tensor | None = None
+        self._draft_selection = None
 
     def _batch(self, tokens: list[list[int]], starts: list[int], pages: list[list[int]], logit_rows: list[int]) -> ForwardBatch:
         dev = self.device
@@ -63,6 +70,7 @@ class ModelRunner:
             logits_indices=torch.tensor(logit_rows, dtype=torch.long, device=dev),
         )
 
+    # ---- the engine's calls (each one command) ----
     def run_target(self, items: list[ScheduledItem], want_hidden: bool) -> TargetOutput:
         rows, logit_rows, token_rows, offset = [], [], [], 0
         for it in items:
@@ -71,23 +79,63 @@ class ModelRunner:
             n = len(it.token_ids)
             rows.extend(range(offset + n - it.num_logits, offset + n))
             offset += n
-        batch = self._batch([it.token_ids for it in items], [it.start for it in items],
-                            [it.seq.pages for it in items], rows)
-        self.fence()
-        out = self.model.forward_batch(batch, self.cache, return_all_hidden=want_hidden)
+        step = TargetStep([list(it.token_ids) for it in items], [it.start for it in items],
+                          [list(it.seq.pages) for it in items], rows, want_hidden)
+        out = self.execute(step)
         return TargetOutput(out.logits, logit_rows, out.all_hidden_states, token_rows)
 
-    def run_mtp(self, spans: list[MtpSpan], reuse_selection=None) -> tuple[torch.Tensor, torch.Tensor, object]:
+    def run_mtp(self, spans: list[MtpSpan], reuse_rows: list[int] | None = None):
         """One MTP pass over every span; returns (logits, pre-norm hidden) at each span's last
-        position and the pass's per-sequence selection (`DraftSelection`, None when every key was
-        visible). Writes the MTP layer's KV for every position of every span (with
-        reuse_selection, see Glm5ForCausalLM.mtp_forward, its latent only)."""
+        position and the pass's per-sequence selection (None when every key was visible). Writes the MTP layer's KV for every position of every span (with reuse_rows,
+        see Glm5ForCausalLM.mtp_forward, its latent only); a pass that runs its indexer becomes
+        the selection later `reuse_rows` index."""
+        out = self.execute(MtpStep(list(spans), reuse_rows))
+        return out.logits, out.hidden_states, out.draft_selection
+
+    def copy_pages(self, src: list[int], dst: list[int]) -> None:
+        self.execute(CopyPages(src, dst))
+
+    def host_copy(self, direction: str, src: list[int], dst: list[int]) -> None:
+        self.execute(HostCopy(direction, src, dst))
+
+    # ---- what every rank runs ----
+    def execute(self, cmd: Command):
+        if isinstance(cmd, TargetStep):
+            return self._target(cmd)
+        if isinstance(cmd, MtpStep):
+            return self._mtp(cmd)
+        if isinstance(cmd, CopyPages):
+            self.fence()  # dst may be a page whose spill to the host is still in flight
+            self.cache.copy_pages(torch.tensor(cmd.src), torch.tensor(cmd.dst))
+        elif isinstance(cmd, HostCopy):
+            self.host.copy(cmd.direction, cmd.src, cmd.dst)
+        elif not isinstance(cmd, Heartbeat):
+            raise TypeError(f"model runner: unknown command {cmd!r}")
+        return None
+
+    def _target(self, cmd: TargetStep):
+        batch = self._batch(cmd.tokens, cmd.starts, cmd.pages, cmd.logit_rows)
+        self.fence()
+        out = self.model.forward_batch(batch, self.cache, return_all_hidden=cmd.want_hidden)
+        self._target_hidden = out.all_hidden_states
+        return out
+
+    def _resolve(self, ref: HiddenRef) -> torch.Tensor:
+        source = self._target_hidden if ref.source == "target" else self._mtp_hidden
+        return source[ref.row:ref.row + ref.count]
+
+    def _mtp(self, cmd: MtpStep):
         last_rows, offset = [], 0
-        for s in spans:
+        for s in cmd.spans:
             offset += len(s.next_ids)
             last_rows.append(offset - 1)
-        batch = self._batch([s.next_ids for s in spans], [s.start for s in spans], [s.pages for s in spans], last_rows)
-        prev = torch.cat([s.hidden for s in spans], dim=0)
+        batch = self._batch([s.next_ids for s in cmd.spans], [s.start for s in cmd.spans],
+                            [s.pages for s in cmd.spans], last_rows)
+        prev = torch.cat([self._resolve(s.hidden) for s in cmd.spans], dim=0)
+        reuse = None if cmd.reuse_rows is None else self._draft_selection.sequences_of(cmd.reuse_rows)
         self.fence()
-        out = self.model.mtp_forward(batch, prev, self.cache, reuse_selection=reuse_selection)
-        return out.logits, out.hidden_states, out.draft_selection
+        out = self.model.mtp_forward(batch, prev, self.cache, reuse_selection=reuse)
+        self._mtp_hidden = out.hidden_states
+        if reuse is None:
+            self._draft_selection = out.draft_selection
+        return out

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from inference.engine.model_runner import MtpSpan, ModelRunner
+from inference.engine.runner_commands import HiddenRef
 from inference.engine.sequence import Sequence
 
 
@@ -44,31 +45,34 @@ class MtpDrafter:
         return max(0, min(self.k, remaining, room))
 
     @torch.inference_mode()
-    def step(self, entries: list[CatchUp], hidden: torch.Tensor) -> None:
+    def step(self, entries: list[CatchUp]) -> None:
+        """Catch up on the last target step's verified positions (its hidden states, which the
+        runner holds) and draft. Hidden states are passed by reference (HiddenRef), never copied
+        out of the runner, so tensor-parallel followers replay the same passes on their own."""
         if not entries:
             return
-        spans = [MtpSpan(e.seq.pages, e.start, e.seq.tokens[e.start + 1:e.start + e.num_valid + 1],
-                         hidden[e.hidden_row:e.hidden_row + e.num_valid]) for e in entries]
-        logits, z, first_selection = self.runner.run_mtp(spans)
-        share = first_selection if self.share_selection else None
+        spans = [MtpSpan(list(e.seq.pages), e.start, e.seq.tokens[e.start + 1:e.start + e.num_valid + 1],
+                         HiddenRef("target", e.hidden_row, e.num_valid)) for e in entries]
+        logits, _, first_selection = self.runner.run_mtp(spans)
+        share = self.share_selection and first_selection is not None
         first = logits.argmax(dim=-1).tolist()
-        # seq, draft, its position, hidden, its row in the first pass
-        chain: list[tuple[Sequence, int, int, torch.Tensor, int]] = []
+        # seq, draft, its position, its hidden state (a row of the last MTP pass), its row in the first pass
+        chain: list[tuple[Sequence, int, int, HiddenRef, int]] = []
         for i, e in enumerate(entries):
             seq = e.seq
             seq.draft_tokens = []
             if not seq.in_decode or self._budget(seq) == 0:
                 continue
             seq.draft_tokens = [first[i]]
-            chain.append((seq, first[i], e.start + e.num_valid, z[i:i + 1], i))
+            chain.append((seq, first[i], e.start + e.num_valid, HiddenRef("mtp", i, 1), i))
         for _ in range(1, self.k):
             chain = [c for c in chain if len(c[0].draft_tokens) < self._budget(c[0]) and self._grow(c[0], c[2] + 1)]
             if not chain:
                 break
-            spans = [MtpSpan(seq.pages, pos, [tok], h) for seq, tok, pos, h, _ in chain]
-            reuse = share.sequences_of([c[4] for c in chain]) if share is not None else None
-            logits, z, _ = self.runner.run_mtp(spans, reuse)
+            spans = [MtpSpan(list(seq.pages), pos, [tok], h) for seq, tok, pos, h, _ in chain]
+            reuse = [c[4] for c in chain] if share else None
+            logits, _, _ = self.runner.run_mtp(spans, reuse)
             nxt = logits.argmax(dim=-1).tolist()
             for i, (seq, _, pos, _, _) in enumerate(chain):
                 seq.draft_tokens.append(nxt[i])
-            chain = [(seq, nxt[i], pos + 1, z[i:i + 1], row) for i, (seq, _, pos, _, row) in enumerate(chain)]
+            chain = [(seq, nxt[i], pos + 1, HiddenRef("mtp", i, 1), row) for i, (seq, _, pos, _, row) in enumerate(chain)]

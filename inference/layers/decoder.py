@@ -1,4 +1,9 @@
-"""One pre-norm decoder block: h + Attn(norm(h)), then + FFN(norm(.)), FFN dense or MoE."""
+"""One pre-norm decoder block: h + Attn(norm(h)), then + FFN(norm(.)), FFN dense or MoE.
+
+Under tensor/expert parallelism attention and the FFN return this rank's partial sums; the two
+named reduce points below make them whole again (one all-reduce each, as DeepSeek's reference).
+NOTE: after each reduce the hidden state is bit-identical on every rank, which is what keeps the
+replicated modules (q_a/kv_a, the indexer, the router) choosing the same keys and experts."""
 
 from __future__ import annotations
 
@@ -13,16 +18,23 @@ from inference.layers.mlp import SwiGLU
 from inference.layers.moe import MoE
 from inference.layers.norm import RMSNorm
 from inference.layers.rope import RopeTables
+from inference.parallel.state import ParallelState
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, layer: int):
+    def __init__(self, config: ModelConfig, layer: int, parallel: ParallelState | None = None):
         super().__init__()
+        parallel = parallel or ParallelState.single()
         self.layer = layer
+        self.comm = parallel.comm
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = MLAttention(config, has_indexer=config.is_full_indexer(layer))
+        self.self_attn = MLAttention(config, config.is_full_indexer(layer), parallel)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = MoE(config) if config.is_moe(layer) else SwiGLU(config.hidden_size, config.intermediate_size)
+        if config.is_moe(layer):
+            self.mlp = MoE(config, parallel)
+        else:
+            inter = parallel.split(config.intermediate_size, "intermediate_size")[1]
+            self.mlp = SwiGLU(config.hidden_size, inter)
 
     def forward(
         self,
@@ -40,6 +52,14 @@ class DecoderLayer(nn.Module):
             self.input_layernorm(h), rope, meta, latent_cache, indexer_cache, shared_selection, mode, kernels,
             reuse_selection,
         )
-        h = h + attn
+        h = h + self.reduce_attn(attn)
         x = self.post_attention_layernorm(h)
-        return h + (self.mlp(x, kernels) if isinstance(self.mlp, MoE) else self.mlp(x)), selection
+        ffn = self.mlp(x, kernels) if isinstance(self.mlp, MoE) else self.mlp(x)
+        return h + self.reduce_mlp(ffn), selection
+
+    # The two reduce points (DP-attention turns the second into a reduce-scatter and drops the first).
+    def reduce_attn(self, partial: torch.Tensor) -> torch.Tensor:
+        return self.comm.all_reduce(partial)
+
+    def reduce_mlp(self, partial: torch.Tensor) -> torch.Tensor:
+        return self.comm.all_reduce(partial)

@@ -27,6 +27,7 @@ from inference.layers.fusion import fuse_linears, input_major_on_cpu
 from inference.layers.indexer import MAX_SCORE_ELEMENTS, Indexer, TopkSelection
 from inference.layers.norm import RMSNorm
 from inference.layers.rope import RopeTables, deinterleave_rope_rows
+from inference.parallel.state import ParallelState
 
 # Batches whose longest per-sequence chunk is at most this many tokens use the absorbed form
 # (decode, MTP verification); longer chunks use the expanded form.
@@ -36,9 +37,12 @@ SPARSE_GATHER_ELEMENTS = 1 << 24
 
 
 class MLAttention(nn.Module):
-    def __init__(self, config: ModelConfig, has_indexer: bool):
+    def __init__(self, config: ModelConfig, has_indexer: bool, parallel: ParallelState | None = None):
         super().__init__()
-        self.n_heads = config.num_attention_heads
+        # Tensor parallelism splits the heads (q_b, kv_b by rows, o_proj by columns: o_proj then
+        # returns this rank's partial sum, reduced by the decoder layer). The latent cache, q_a,
+        # kv_a, the norms and the indexer are replicated: MLA has one latent "KV head".
+        self.n_heads = (parallel or ParallelState.single()).heads(config.num_attention_heads)[1]
         self.nope = config.qk_nope_head_dim
         self.rope = config.qk_rope_head_dim
         self.v_dim = config.v_head_dim

@@ -1,4 +1,7 @@
-"""Dense SwiGLU MLP (layers before first_k_dense_replace, and the MoE shared expert)."""
+"""Dense SwiGLU MLP (layers before first_k_dense_replace, and the MoE shared expert).
+
+Under tensor parallelism each rank holds a slice of the intermediate size (gate/up rows, down
+columns) and returns its partial sum; the decoder layer reduces it."""
 
 from __future__ import annotations
 

@@ -8,6 +8,12 @@ The experts run as two grouped GEMMs: the (token, expert) assignments are sorted
 expert sees one contiguous slice, and `grouped_mm` multiplies every slice by its expert's weights
 in one call (on CUDA the Triton fused_moe kernel of `kernels` does it instead, see kernel_path.py). The expert weights are packed [E, 2I, H] (gate rows then up rows) and [E, H, I]; on CPU,
 `fuse` stores them input-major (same shapes and values, see fusion.column_major).
+
+Expert parallelism: every rank routes every token (the router is replicated), but holds only the
+experts [e0, e0 + E_local) of its ep group, each possibly split by intermediate size over the
+group's ranks. Assignments to experts another rank owns are dropped here (the fused kernel skips
+ids outside [0, E_local) itself); the routed and the shared expert's partial sums are added and
+reduced together by one all-reduce in the decoder layer.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from inference.config import ModelConfig
 from inference.layers import kernel_path
 from inference.layers.fusion import column_major
 from inference.layers.mlp import SwiGLU
+from inference.parallel.state import ParallelState
 
 _grouped_mm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
 # grouped_mm takes fp32 and bf16 on CPU but only bf16 on CUDA.
@@ -58,9 +65,12 @@ class TopkRouter(nn.Module):
 
 
 class RoutedExperts(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, parallel: ParallelState | None = None):
         super().__init__()
-        e, h, i = config.n_routed_experts, config.hidden_size, config.moe_intermediate_size
+        parallel = parallel or ParallelState.single()
+        self.e0, e = parallel.experts(config.n_routed_experts)
+        self.n_global = config.n_routed_experts
+        h, i = config.hidden_size, parallel.expert_intermediate(config.moe_intermediate_size)[1]
         self.gate_up_proj = nn.Parameter(torch.empty(e, 2 * i, h))
         self.down_proj = nn.Parameter(torch.empty(e, h, i))
         self._gate_up_t: list[torch.Tensor] | None = None
@@ -80,15 +90,32 @@ class RoutedExperts(nn.Module):
         self._gate_up_t = [w.t() for w in self.gate_up_proj.detach().unbind(0)]
         self._down_t = [w.t() for w in self.down_proj.detach().unbind(0)]
 
+    @property
+    def is_sharded(self) -> bool:
+        return self.gate_up_proj.shape[0] != self.n_global
+
+    def local_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """Global expert ids -> this rank's [0, E_local); another rank's experts -> E_local."""
+        n_local = self.gate_up_proj.shape[0]
+        local = ids - self.e0
+        return local.masked_fill((local < 0) | (local >= n_local), n_local)
+
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, kernels: str | None = None) -> torch.Tensor:
+        if self.is_sharded:
+            ids = self.local_ids(ids)
         if kernels is not None:
             return kernel_path.routed_experts(x, self.gate_up_proj, self.down_proj, ids, weights, kernels)
         n, k = ids.shape
         n_experts = self.gate_up_proj.shape[0]
         flat = ids.reshape(-1)
         order = flat.argsort(stable=True)
-        token = order // k
         counts = torch.bincount(flat, minlength=n_experts)
+        if self.is_sharded:  # foreign assignments sort last (id E_local): keep the local ones
+            counts = counts[:n_experts]
+            order = order[: int(counts.sum())]
+        token = order // k
+        if token.numel() == 0:  # every assignment went to another rank's experts
+            return torch.zeros_like(x)
         xs = x.index_select(0, token)
         if _grouped_mm is not None and x.dtype in _GROUPED_DTYPES.get(x.device.type, ()) and n * k >= n_experts:
             ends = counts.cumsum(0).to(torch.int32)
@@ -106,7 +133,7 @@ class RoutedExperts(nn.Module):
         it organises when there is one token; here each expert is a GEMV pair and its weighted sum
         lands in `base` (the shared expert's output) through addmm's alpha."""
         y = base
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling():  # (one process only: compile_decode refuses world > 1)
             # Traced with capture_scalar_outputs (decode_compiler.py): the expert ids become
             # symbolic indices, so each expert stays a GEMV on a view of its weights (no gather
             # copy), and the compiler fuses the weighting into the sum.
@@ -117,7 +144,11 @@ class RoutedExperts(nn.Module):
             return y
         if self._gate_up_t is None:  # not fused (weights used as constructed)
             self._build_expert_views()
+        n_local = len(self._gate_up_t)
         for e, w in zip(ids[0].tolist(), weights[0].tolist()):
+            e -= self.e0
+            if not 0 <= e < n_local:
+                continue  # another rank's expert
             gate, up = torch.mm(x, self._gate_up_t[e]).chunk(2, dim=-1)
             y = torch.addmm(y, F.silu(gate) * up, self._down_t[e], alpha=w)
         return y
@@ -137,11 +168,13 @@ class RoutedExperts(nn.Module):
 
 
 class MoE(nn.Module):
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, parallel: ParallelState | None = None):
         super().__init__()
-        self.gate = TopkRouter(config)
-        self.experts = RoutedExperts(config)
-        self.shared_experts = SwiGLU(config.hidden_size, config.moe_intermediate_size * config.n_shared_experts)
+        parallel = parallel or ParallelState.single()
+        self.gate = TopkRouter(config)  # replicated: every rank routes every token the same way
+        self.experts = RoutedExperts(config, parallel)
+        shared = config.moe_intermediate_size * config.n_shared_experts
+        self.shared_experts = SwiGLU(config.hidden_size, parallel.split(shared, "moe_intermediate_size * n_shared_experts")[1])
 
     def forward(self, x: torch.Tensor, kernels: str | None = None) -> torch.Tensor:
         ids, weights = self.gate(x)

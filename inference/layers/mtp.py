@@ -15,6 +15,7 @@ from torch import nn
 from inference.config import ModelConfig
 from inference.layers.decoder import DecoderLayer
 from inference.layers.norm import RMSNorm
+from inference.parallel.state import ParallelState
 
 
 class SharedHead(nn.Module):
@@ -24,8 +25,8 @@ class SharedHead(nn.Module):
 
 
 class MTPLayer(DecoderLayer):
-    def __init__(self, config: ModelConfig, layer: int):
-        super().__init__(config, layer)
+    def __init__(self, config: ModelConfig, layer: int, parallel: ParallelState | None = None):
+        super().__init__(config, layer, parallel)  # the block is sharded like a target layer; eh_proj replicated
         h = config.hidden_size
         self.enorm = RMSNorm(h, config.rms_norm_eps)
         self.hnorm = RMSNorm(h, config.rms_norm_eps)

@@ -1,0 +1,52 @@
+"""The engine's side of tensor parallelism: start the ranks, size their caches, drive them.
+
+Kept out of engine.py so the single-process engine reads as before: `start_ranks` returns None
+for one process, and the engine asks this module for its runner.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Optional
+
+from inference.config import ModelConfig
+from inference.engine.runner_commands import Handshake
+from inference.parallel.distributed_runner import DistributedRunner
+from inference.parallel.launch import RankGroup
+from inference.parallel.shard import validate_layout
+from inference.parallel.state import ParallelState
+
+
+def start_ranks(checkpoint: str | Path, config) -> Optional[RankGroup]:
+    """Spawn the followers (or join torchrun's) for EngineConfig `config`; None for one process.
+    A layout the checkpoint cannot take (heads, experts or intermediate sizes that the sizes do
+    not divide) fails here, before any process starts or any weight is read."""
+    parallel = config.parallel
+    if parallel.world == 1:
+        return None
+    if config.compile_decode:
+        raise ValueError("compile_decode: not supported with tensor_parallel_size > 1")
+    model_config = ModelConfig.from_pretrained(Path(checkpoint))
+    validate_layout(model_config, ParallelState(parallel.world, 0, parallel.ep))
+    return RankGroup.launch(str(checkpoint), config.dtype, config.device, config.latent_norm_eps,
+                            config.num_speculative_tokens > 0, parallel)
+
+
+def leader_runner(group: RankGroup, model, cache, page_size: int, host, heartbeat_s: float,
+                  on_failure: Callable[[str], None]) -> DistributedRunner:
+    """Tell the followers the cache sizes (all ranks allocate identical pages), then drive them."""
+    group.state.comm.handshake_object(Handshake(cache.num_pages, page_size, cache.kv_cache_dtype,
+                                                host.allocator.num_pages))
+    runner = DistributedRunner(model, cache, page_size, group, fence=host.fence, host=host)
+    group.start_monitor(on_failure)
+    runner.start_heartbeat(heartbeat_s)
+    return runner
+
+
+def abort_ranks(group: RankGroup) -> None:
+    """The leader failed before its runner existed: release the followers waiting for the handshake."""
+    try:
+        group.state.comm.handshake_object(None)
+    except Exception:
+        pass  # they may be gone already
+    group.stop(timeout_s=5.0)

@@ -1,0 +1,84 @@
+"""Who this process is in a tensor/expert-parallel group, and the slices it owns.
+
+Passed explicitly from `Glm5ForCausalLM(config, parallel)` down to every layer (None = one
+process), never read from globals, so one process can hold several virtual ranks (ThreadComm).
+
+Layout (the reference engines' phase-1 layout, ../shared/docs/scaleout.md §1):
+- tp ranks split attention heads, the dense / shared-expert intermediate size and the vocab;
+- ep groups own contiguous ranges of routed experts ("linear" placement); inside one ep group the
+  tp // ep ranks split each of its experts by intermediate size (ep == tp: whole experts per rank,
+  ep == 1: every expert TP-split, vLLM's default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from inference.parallel.comm import Comm, SingleComm
+
+
+class ParallelConfigError(ValueError):
+    """A parallel layout that the model's shapes cannot take (names the size that does not divide)."""
+
+
+@dataclass(frozen=True)
+class ParallelState:
+    world: int = 1
+    rank: int = 0
+    ep: int = 1  # expert-parallel groups; divides world
+    comm: Comm = field(default_factory=SingleComm, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.world < 1 or not 0 <= self.rank < self.world:
+            raise ParallelConfigError(f"rank {self.rank} of world {self.world}: expected 0 <= rank < world")
+        if self.ep < 1 or self.world % self.ep:
+            raise ParallelConfigError(f"expert parallel size {self.ep} does not divide the world size {self.world}")
+
+    @classmethod
+    def single(cls) -> "ParallelState":
+        return cls()
+
+    @property
+    def tp(self) -> int:
+        return self.world
+
+    @property
+    def is_leader(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def expert_tp(self) -> int:
+        """Ranks that split one expert (by intermediate size) inside an ep group."""
+        return self.world // self.ep
+
+    @property
+    def ep_rank(self) -> int:
+        return self.rank // self.expert_tp
+
+    @property
+    def expert_tp_rank(self) -> int:
+        return self.rank % self.expert_tp
+
+    def split(self, n: int, what: str, parts: int | None = None, index: int | None = None) -> tuple[int, int]:
+        """(start, size) of this rank's contiguous share of n units over `parts` ranks."""
+        parts = self.tp if parts is None else parts
+        index = self.rank if index is None else index
+        if n % parts:
+            raise ParallelConfigError(f"{what} = {n} is not divisible by the parallel size {parts}")
+        size = n // parts
+        return index * size, size
+
+    def heads(self, n_heads: int) -> tuple[int, int]:
+        return self.split(n_heads, "num_attention_heads")
+
+    def experts(self, n_experts: int) -> tuple[int, int]:
+        return self.split(n_experts, "n_routed_experts", self.ep, self.ep_rank)
+
+    def expert_intermediate(self, n: int) -> tuple[int, int]:
+        return self.split(n, "moe_intermediate_size", self.expert_tp, self.expert_tp_rank)
+
+    def vocab(self, vocab_size: int) -> tuple[int, int]:
+        """Rows of the vocab this rank holds; the vocab is padded up to a multiple of tp and the
+        padding rows (zeros) are sliced off the gathered logits."""
+        per = -(-vocab_size // self.tp)
+        return self.rank * per, per
