@@ -8,13 +8,14 @@ states and the last draft selection.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from inference.engine.runner_commands import (
-    Command, CopyPages, Heartbeat, HiddenRef, HostCopy, MtpSpanSpec, MtpStep, TargetStep,
+    Command, CopyPages, Heartbeat, HiddenRef, HostCopy, MtpSpanSpec, MtpStep, ReplicaDigest, TargetStep,
 )
 from inference.engine.scheduler import ScheduledItem
 from inference.forward_batch import ForwardBatch
@@ -109,9 +110,25 @@ class ModelRunner:
             self.cache.copy_pages(torch.tensor(cmd.src), torch.tensor(cmd.dst))
         elif isinstance(cmd, HostCopy):
             self.host.copy(cmd.direction, cmd.src, cmd.dst)
+        elif isinstance(cmd, ReplicaDigest):
+            return self._replica_digests()
         elif not isinstance(cmd, Heartbeat):
             raise TypeError(f"model runner: unknown command {cmd!r}")
         return None
+
+    def replica_digests(self) -> list[str]:
+        """One digest of the replicated state per rank (rank order); all equal when healthy."""
+        return self.execute(ReplicaDigest())
+
+    def _replica_digests(self) -> list[str]:
+        h = hashlib.sha256()
+        sel = self._draft_selection
+        rows = [] if sel is None else ([sel.rows.positions, sel.rows.valid] if hasattr(sel.rows, "positions") else [sel.rows])
+        for t in [*self.cache.latent, *self.cache.indexer.values(), *rows]:
+            h.update(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+        mine = torch.tensor(list(h.digest()[:16]), dtype=torch.uint8).to(torch.int32)
+        gathered = self.model.parallel.comm.all_gather(mine.to(self.device), dim=0).cpu().view(-1, 16)
+        return [bytes(row.to(torch.uint8).tolist()).hex() for row in gathered]
 
     def _target(self, cmd: TargetStep):
         batch = self._batch(cmd.tokens, cmd.starts, cmd.pages, cmd.logit_rows)

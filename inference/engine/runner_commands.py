@@ -76,6 +76,12 @@ class Handshake:
 
 
 @dataclass(frozen=True)
+class ReplicaDigest:
+    """Every rank hashes its replicated state (KV latent and indexer pages, the last draft
+    selection) and the digests are gathered: they must be equal (the L1 replication check)."""
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """Sent while idle, so followers waiting for a command do not reach the collective timeout."""
 
@@ -85,4 +91,4 @@ class Stop:
     pass
 
 
-Command = TargetStep | MtpStep | CopyPages | HostCopy | Heartbeat | Stop
+Command = TargetStep | MtpStep | CopyPages | HostCopy | ReplicaDigest | Heartbeat | Stop

@@ -19,7 +19,7 @@ class ContinuationDrafter:
         self.wrong_every = wrong_every
         self.proposed = 0
 
-    def step(self, entries, hidden) -> None:
+    def step(self, entries) -> None:
         for e in entries:
             seq = e.seq
             seq.draft_tokens = []

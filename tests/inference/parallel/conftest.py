@@ -1,0 +1,23 @@
+"""Checkpoints for the parallel tests: O(1) random weights (the writer's 1/sqrt(fan_in) init) and
+16 indexer heads, so top-k selections are not near-ties that TP's different summation order
+could flip."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tp_checkpoint(tmp_path_factory):
+    from inference.random_checkpoint import write_random_checkpoint
+
+    return write_random_checkpoint(tmp_path_factory.mktemp("ckpt-tp"), preset="tiny", seed=3)
+
+
+@pytest.fixture(scope="session")
+def tp_checkpoint_fp8(tmp_path_factory):
+    """FP8 with the release's 128x128 blocks: every tiny shard cuts a block, so the loader takes
+    its dequantize-whole-then-slice path."""
+    from inference.random_checkpoint import write_random_checkpoint
+
+    return write_random_checkpoint(tmp_path_factory.mktemp("ckpt-tp-fp8"), preset="tiny", seed=4, fp8=True)

@@ -1,0 +1,79 @@
+"""Sharded loading: each rank reads only its slices, holds about 1/N of the sharded bytes, and
+its shards concatenate to the one-process load."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from inference.loader import load_model
+from inference.parallel import ParallelState, ThreadComm
+
+from .thread_ranks import load_ranks
+
+
+def _state(world: int, rank: int, ep: int) -> ParallelState:
+    return ParallelState(world, rank, ep, ThreadComm.group(world)[rank])
+
+
+def test_shards_concatenate_to_the_whole(tp_checkpoint):
+    whole = load_model(tp_checkpoint, dtype=torch.float32)
+    ranks = load_ranks(tp_checkpoint, 2, 2, dtype=torch.float32)
+    w = whole.model.layers[1]
+    q_b = torch.cat([r.model.layers[1].self_attn.q_b_proj.weight for r in ranks])
+    assert torch.equal(q_b, w.self_attn.q_b_proj.weight)
+    o = torch.cat([r.model.layers[1].self_attn.o_proj.weight for r in ranks], dim=1)
+    assert torch.equal(o, w.self_attn.o_proj.weight)
+    experts = torch.cat([r.model.layers[1].mlp.experts.gate_up_proj for r in ranks])
+    assert torch.equal(experts, w.mlp.experts.gate_up_proj)  # whole experts, same packing
+    assert [r.model.layers[1].mlp.experts.e0 for r in ranks] == [0, whole.config.n_routed_experts // 2]
+    # The replicated indexer is the same tensor everywhere.
+    for r in ranks:
+        assert torch.equal(r.model.layers[1].self_attn.indexer.wq_b.weight, w.self_attn.indexer.wq_b.weight)
+
+
+def test_expert_tp_split_keeps_gate_then_up(tp_checkpoint):
+    whole = load_model(tp_checkpoint, dtype=torch.float32).model.layers[1].mlp.experts.gate_up_proj
+    parts = [r.model.layers[1].mlp.experts.gate_up_proj for r in load_ranks(tp_checkpoint, 2, 1, dtype=torch.float32)]
+    inter = whole.shape[1] // 2
+    gate = torch.cat([p[:, : inter // 2] for p in parts], dim=1)
+    up = torch.cat([p[:, inter // 2 :] for p in parts], dim=1)
+    assert torch.equal(gate, whole[:, :inter]) and torch.equal(up, whole[:, inter:])
+
+
+def test_split_tensors_are_never_read_whole(tp_checkpoint, monkeypatch):
+    """Only get_slice on the memory map: reading a whole sharded tensor would fail here."""
+    from inference.parallel.shard import shard_for
+
+    import inference.loader as loader
+
+    whole_reads = []
+    original = loader._Shards.get
+
+    def get(self, name):
+        whole_reads.append(name)
+        return original(self, name)
+
+    monkeypatch.setattr(loader._Shards, "get", get)
+    model = load_model(tp_checkpoint, dtype=torch.float32, parallel=_state(2, 0, 2))
+    split = [n for n in whole_reads if not shard_for(n, model.config, model.parallel).replicated]
+    assert whole_reads and split == []  # the replicated ones are read whole, nothing else
+
+
+def test_resident_bytes_are_about_one_nth(tp_checkpoint):
+    one = load_model(tp_checkpoint, dtype=torch.float32).load_stats
+    ranks = [r.load_stats for r in load_ranks(tp_checkpoint, 2, 2, dtype=torch.float32)]
+    assert sum(r.param_bytes for r in ranks) > one.param_bytes  # replicated parts count twice
+    for r in ranks:
+        # The replicated parts (indexer, q_a/kv_a, router, norms) keep a rank above exactly 1/2.
+        assert 0.5 * one.param_bytes < r.param_bytes < 0.7 * one.param_bytes
+        assert r.read_bytes < 0.7 * one.read_bytes
+        assert "rank" in r.describe() and "peak host RSS" in r.describe()
+
+
+def test_bad_tp_fails_before_loading(tp_checkpoint, monkeypatch):
+    import inference.loader as loader
+
+    monkeypatch.setattr(loader, "checkpoint_files", lambda p: pytest.fail("read the checkpoint"))
+    with pytest.raises(ValueError, match="num_attention_heads = 4 is not divisible by the parallel size 3"):
+        load_model(tp_checkpoint, parallel=_state(3, 0, 3))
