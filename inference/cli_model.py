@@ -31,6 +31,24 @@ def register(subparsers) -> None:
     info.add_argument("--json", action="store_true", help="print one JSON object")
     info.set_defaults(func=_info)
 
+    plan = sub.add_parser("plan", help="weights per GPU, KV bytes per token, KV tokens and 100K sessions that fit")
+    plan.add_argument("checkpoint", help="checkpoint directory or config.json (no weights needed), or a shipped "
+                      f"reference config: {', '.join(sorted(REFERENCE_CONFIGS))}")
+    plan.add_argument("--gpus", type=int, default=8)
+    plan.add_argument("--gpu-memory", default="141GiB", help="memory per GPU, e.g. 141GiB, 143771MiB, 80GB")
+    plan.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: --gpus)")
+    plan.add_argument("--ep", type=int, default=None, help="expert-parallel size (default: --tp)")
+    plan.add_argument("--kv-cache-dtype", choices=["fp8", "auto"], default="fp8", help="auto = bf16")
+    plan.add_argument("--weight-format", choices=["fp8", "bf16"], default=None,
+                      help="default: fp8 when the config has an FP8 quantization_config")
+    plan.add_argument("--memory-fraction", type=float, default=0.90)
+    plan.add_argument("--reserve", default="6GiB", help="runtime reserve per GPU (activations, buffers, graphs)")
+    plan.add_argument("--json", action="store_true", help="print one JSON object")
+    plan.set_defaults(func=_plan)
+
+
+REFERENCE_CONFIGS = {"glm-5.3": "glm-5.3-fp8.json"}
+
 
 def parse_overrides(items: list[str]) -> dict:
     out = {}
@@ -121,4 +139,23 @@ def _info(args: argparse.Namespace) -> int:
         print(f"  {key:>14}: {value}")
     print(f"  KV cache/token: {info['kv_bytes_per_token_bf16']:,} B bf16, {info['kv_bytes_per_token_fp8']:,} B fp8 "
           f"(fp8_ds_mla), {info['kv_bytes_per_token_fp32']:,} B fp32")
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from inference.config import ConfigError, ModelConfig
+    from inference.memory_plan import parse_bytes, plan
+    from inference.parallel.state import ParallelConfigError
+
+    source = args.checkpoint
+    if source in REFERENCE_CONFIGS:
+        source = Path(__file__).parent / "configs" / REFERENCE_CONFIGS[source]
+    try:
+        config = ModelConfig.from_pretrained(Path(source))
+        result = plan(config, args.gpus, parse_bytes(args.gpu_memory), args.tp, args.ep, args.kv_cache_dtype,
+                      args.weight_format, args.memory_fraction, parse_bytes(args.reserve))
+    except (ConfigError, ParallelConfigError, ValueError, OSError) as exc:
+        print(f"horizon model plan: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result.to_dict()) if args.json else result.describe())
     return 0

@@ -32,6 +32,11 @@ def register(subparsers) -> None:
     p.add_argument("--speculative-tokens", type=int, default=0, help="MTP draft tokens per step")
     p.add_argument("--max-inflight", type=int, default=256, help="requests admitted before answering 503")
     p.add_argument("--default-max-tokens", type=int, default=4096)
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (processes; one GPU each on CUDA)")
+    p.add_argument("--ep", type=int, default=None, help="expert-parallel size (default: --tp, whole experts per rank)")
+    p.add_argument("--dist-backend", choices=["auto", "gloo", "nccl"], default="auto")
+    p.add_argument("--dist-timeout", type=float, default=120.0,
+                   help="seconds a collective may wait before a hung or dead rank fails the server")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=_serve)
 
@@ -44,17 +49,26 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"horizon serve: --model {args.model}: no config.json there (expected a checkpoint directory)",
               file=sys.stderr)
         return 2
+    parallel = {"tensor_parallel_size": args.tp, "expert_parallel_size": args.ep,
+                "backend": args.dist_backend, "timeout_s": args.dist_timeout}
     try:
         config = default_engine_config(
             args.model, device=args.device, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
             kv_budget_tokens=args.kv_budget_tokens,
             host_budget_tokens=args.host_budget_tokens, max_running=args.max_running,
             session_ttl_s=args.session_ttl, num_speculative_tokens=args.speculative_tokens,
-            compile_decode=args.compile_decode,
+            compile_decode=args.compile_decode, parallel=parallel,
         )
     except EngineSettingsError as exc:
         print(f"horizon serve: invalid engine option: {exc}", file=sys.stderr)
         return 2
+    from inference.parallel.settings import torchrun_rank
+
+    run = torchrun_rank()
+    if run is not None and run[0] != 0:  # torchrun: ranks other than 0 follow rank 0's engine
+        from inference.parallel.engine_ranks import torchrun_follower
+
+        return torchrun_follower(args.model, config, run[0])
     # Claim the port before the (slow) model load, so a busy port fails at once and nobody takes it meanwhile.
     try:
         sock = listen_socket(args.host, args.port)
@@ -63,7 +77,14 @@ def _serve(args: argparse.Namespace) -> int:
               f"(choose another --port or --host)", file=sys.stderr)
         return 2
     with sock:
-        state = build_state(args.model, config, args.served_model_name, args.variant, args.max_inflight,
-                            args.default_max_tokens)
+        try:
+            state = build_state(args.model, config, args.served_model_name, args.variant, args.max_inflight,
+                                args.default_max_tokens)
+        except (ValueError, RuntimeError) as exc:  # e.g. a --tp the model cannot be split by
+            print(f"horizon serve: {exc}", file=sys.stderr)
+            return 2
         serve(state, args.host, args.port, args.log_level, sock=sock)
+    if state.engine.fatal is not None:  # a rank died or hung: the requests in flight were failed
+        print(f"horizon serve: stopped: {state.engine.fatal}", file=sys.stderr)
+        return 1
     return 0

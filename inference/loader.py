@@ -100,9 +100,11 @@ class LoadStats:
     peak_rss_bytes: int  # the process's peak resident set (includes the interpreter and torch)
 
     def describe(self) -> str:
-        gib = 1 << 30
-        return (f"rank {self.rank}/{self.world}: {self.param_bytes / gib:.3f} GiB of parameters, "
-                f"{self.read_bytes / gib:.3f} GiB read, peak host RSS {self.peak_rss_bytes / gib:.3f} GiB")
+        def size(n: int) -> str:
+            return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+        return (f"rank {self.rank}/{self.world}: {size(self.param_bytes)} of parameters, "
+                f"{size(self.read_bytes)} read from the checkpoint, peak host RSS {size(self.peak_rss_bytes)}")
 
 
 def _peak_rss() -> int:

@@ -34,7 +34,7 @@ class RequestHandle:
             delta = self._next()
             if delta is None:
                 self._done = True
-                raise RuntimeError(f"engine step failed while serving {self.request_id}") from self._error
+                raise RuntimeError(f"engine step failed while serving {self.request_id}: {self._error}") from self._error
             self._tokens.extend(delta.token_ids)
             if delta.logprobs:
                 self._logprobs = (self._logprobs or []) + delta.logprobs
@@ -66,5 +66,5 @@ class RequestHandle:
         for _ in self:
             pass
         if self._result is None:
-            raise RuntimeError(f"engine step failed while serving {self.request_id}") from self._error
+            raise RuntimeError(f"engine step failed while serving {self.request_id}: {self._error}") from self._error
         return self._result

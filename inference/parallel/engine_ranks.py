@@ -50,3 +50,22 @@ def abort_ranks(group: RankGroup) -> None:
     except Exception:
         pass  # they may be gone already
     group.stop(timeout_s=5.0)
+
+
+def torchrun_follower(checkpoint: str | Path, config, rank: int) -> int:
+    """`horizon serve` under torchrun on a rank other than 0: follow rank 0's engine."""
+    import os
+
+    from inference.parallel.follower import run_torchrun_follower
+    from inference.parallel.launch import RankSpec
+    from inference.parallel.torch_comm import resolve_backend
+
+    import torch
+
+    parallel = config.parallel
+    spec = RankSpec(str(checkpoint), config.dtype, config.device, config.latent_norm_eps,
+                    config.num_speculative_tokens > 0, parallel.world, parallel.ep,
+                    resolve_backend(parallel.backend, torch.device(config.device)),
+                    parallel.init_method or "env://", parallel.timeout_s,
+                    parallel.threads_per_rank or max(1, (os.cpu_count() or 1) // parallel.world))
+    return run_torchrun_follower(spec, rank)

@@ -9,7 +9,6 @@ out. Any exception ends the process non-zero, which the leader's monitor reports
 
 from __future__ import annotations
 
-import logging
 import signal
 import sys
 
@@ -19,7 +18,6 @@ from inference.parallel.launch import RankSpec
 from inference.parallel.state import ParallelState
 from inference.parallel.torch_comm import TorchComm
 
-log = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
 
@@ -40,7 +38,7 @@ def follower_main(rank: int, spec: RankSpec) -> None:
     state = ParallelState(spec.world, rank, spec.ep, comm)
     model = load_model(spec.checkpoint, dtype=_DTYPES[spec.dtype], device=device,
                        latent_norm_eps=spec.latent_norm_eps, mtp=spec.mtp, parallel=state)
-    log.info("%s", model.load_stats.describe())
+    print(f"horizon: {model.load_stats.describe()}", file=sys.stderr, flush=True)
     hello = comm.handshake_object()
     if not isinstance(hello, Handshake):  # the leader failed before it could size the caches
         comm.close()

@@ -66,7 +66,12 @@ def serve(state: ServerState, host: str = "127.0.0.1", port: int = 8000, log_lev
         print(f"horizon serve: {state.model_name} ({state.defaults.variant} template) on http://{host}:"
               f"{sock.getsockname()[1]}/v1 (KV cache {engine.config.kv_cache_dtype}: "
               f"{engine.cache_bytes_per_token:,} B/token{decode})", flush=True)
-        uvicorn.Server(config).run(sockets=[sock])
+        if engine.ranks is not None:
+            print(f"horizon serve: {engine.model.load_stats.describe()}", flush=True)
+        server = uvicorn.Server(config)
+        # A dead or hung rank fails every request in flight; then the server exits (non-zero, cli_serve).
+        engine.on_fatal.append(lambda exc: setattr(server, "should_exit", True))
+        server.run(sockets=[sock])
 
 
 class BackgroundServer:

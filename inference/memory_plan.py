@@ -1,0 +1,126 @@
+"""How a checkpoint fits a node: weights per rank, KV bytes per token, KV tokens, 100K sessions.
+
+Works from config.json alone (no weights), so it plans GLM-5.3 on 8×H200 anywhere. Weights per
+rank come from the sharded model itself, built on the meta device with the layout's
+ParallelState, so the plan and the shard rules cannot disagree. Bytes follow the FP8 release:
+e4m3 values plus fp32 128×128 block scales for the quantized projections and experts, fp32 router
+(and its bias, the indexer's weights_proj), everything else in the model dtype.
+
+KV budget per rank = GPU memory × fraction − weights − a runtime reserve (activations, the
+absorbed attention's bf16 kv_b copy, NCCL and top-k buffers, CUDA graphs). Under tensor
+parallelism every rank holds every sequence's latent cache (MLA has one latent head), so the
+node holds what one rank holds. ../shared/docs/scaleout.md §3 has the same arithmetic by hand.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+
+import torch
+
+from inference.config import ModelConfig
+from inference.kv_cache import kv_bytes_per_token
+
+GIB = 1 << 30
+SESSION_TOKENS = 100_000
+_QUANTIZED = re.compile(
+    r"(self_attn\.(q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj|o_proj|indexer\.wq_b|indexer\.wk)\.weight"
+    r"|mlp\.(shared_experts\.)?(gate_proj|up_proj|down_proj)\.weight|experts\.(gate_up_proj|down_proj))$"
+)
+_FP32 = re.compile(r"(mlp\.gate\.weight|e_score_correction_bias|indexer\.weights_proj\.weight)$")
+_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+          "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+
+
+def parse_bytes(text: str) -> int:
+    """'141GiB', '143771MiB', '150GB', '1.5e11' -> bytes."""
+    m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"{text!r}: expected a size like 141GiB, 143771MiB or 150GB")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    layout: str
+    gpus: int
+    tp: int
+    ep: int
+    gpu_memory_bytes: int
+    memory_fraction: float
+    reserve_bytes: int
+    weight_format: str
+    kv_cache_dtype: str
+    parameters: int
+    weights_bytes_total: int
+    weights_bytes_per_rank: int
+    kv_bytes_per_token: int
+    kv_bytes_per_rank: int
+    kv_tokens: int  # per rank, and per node under TP (every rank holds every sequence)
+    sessions_100k: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        g = lambda b: f"{b / GIB:,.1f} GiB"  # noqa: E731
+        return "\n".join([
+            f"layout            {self.layout} on {self.gpus} GPUs of {g(self.gpu_memory_bytes)} "
+            f"(memory fraction {self.memory_fraction}, reserve {g(self.reserve_bytes)} per rank)",
+            f"parameters        {self.parameters:,} ({g(self.weights_bytes_total)} as {self.weight_format})",
+            f"weights per rank  {g(self.weights_bytes_per_rank)}",
+            f"KV per token      {self.kv_bytes_per_token:,} B ({self.kv_cache_dtype}; every layer, MTP included)",
+            f"KV per rank       {g(self.kv_bytes_per_rank)} = {self.kv_tokens:,} tokens "
+            "(replicated across TP ranks: also the node's total)",
+            f"100K sessions     {self.sessions_100k} at once ({SESSION_TOKENS * self.kv_bytes_per_token / GIB:.2f} GiB each)",
+        ])
+
+
+def _param_bytes(name: str, shape: tuple[int, ...], fp8: bool, block: tuple[int, int], itemsize: int) -> int:
+    numel = math.prod(shape)
+    if _FP32.search(name):
+        return numel * 4
+    if fp8 and _QUANTIZED.search(name):
+        rows, cols = shape[-2], shape[-1]
+        matrices = numel // (rows * cols)
+        return numel + matrices * math.ceil(rows / block[0]) * math.ceil(cols / block[1]) * 4
+    return numel * itemsize
+
+
+def weight_bytes(config: ModelConfig, tp: int = 1, ep: int | None = None, fp8: bool = True,
+                 dtype: torch.dtype = torch.bfloat16) -> tuple[int, int]:
+    """(bytes one rank holds, parameters of the whole model) for the layout tp/ep."""
+    from inference.model import Glm5ForCausalLM
+    from inference.parallel.state import ParallelState
+
+    block = config.weight_block_size or (128, 128)
+    itemsize = torch.tensor([], dtype=dtype).element_size()
+    with torch.device("meta"):
+        rank0 = Glm5ForCausalLM(config, ParallelState(tp, 0, ep or tp) if tp > 1 else None)
+        shapes = {k: tuple(v.shape) for k, v in rank0.state_dict().items()}
+        whole = {k: tuple(v.shape) for k, v in Glm5ForCausalLM(config).state_dict().items()} if tp > 1 else shapes
+    per_rank = sum(_param_bytes(k, s, fp8, block, itemsize) for k, s in shapes.items())
+    return per_rank, sum(math.prod(s) for s in whole.values())
+
+
+def plan(config: ModelConfig, gpus: int, gpu_memory_bytes: int, tp: int | None = None, ep: int | None = None,
+         kv_cache_dtype: str = "fp8", weight_format: str | None = None, memory_fraction: float = 0.90,
+         reserve_bytes: int = 6 * GIB) -> MemoryPlan:
+    tp = tp or gpus
+    ep = ep or tp
+    if gpus % tp:
+        raise ValueError(f"--tp {tp} does not divide --gpus {gpus}")
+    if not 0 < memory_fraction <= 1:
+        raise ValueError(f"memory fraction {memory_fraction}: expected a value in (0, 1]")
+    fp8 = (weight_format or ("fp8" if config.weight_block_size else "bf16")) == "fp8"
+    per_rank, params = weight_bytes(config, tp, ep, fp8)
+    whole, _ = weight_bytes(config, 1, 1, fp8) if tp > 1 else (per_rank, params)
+    kv_token = kv_bytes_per_token(config, torch.bfloat16, kv_cache_dtype)
+    kv_rank = max(0, int(gpu_memory_bytes * memory_fraction) - per_rank - reserve_bytes)
+    tokens = kv_rank // kv_token
+    layout = f"TP{tp}" + (f" + EP{ep}" if ep > 1 else "") + (f" × {gpus // tp} replicas" if gpus > tp else "")
+    return MemoryPlan(layout, gpus, tp, ep, gpu_memory_bytes, memory_fraction, reserve_bytes,
+                      "fp8" if fp8 else "bf16", kv_cache_dtype, params, whole, per_rank, kv_token, kv_rank,
+                      tokens, tokens // SESSION_TOKENS * (gpus // tp))

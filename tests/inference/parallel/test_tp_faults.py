@@ -1,0 +1,68 @@
+"""A real `horizon serve --tp 2` whose follower is killed mid-generation: the request in flight
+gets an error, the server exits non-zero, nothing waits for a collective timeout."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def test_killed_follower_fails_the_request_and_the_server_exits(tp_checkpoint):
+    port = _port()
+    # --dist-timeout 60: if a dead peer were only noticed by a timeout, this test would take a minute.
+    cmd = [sys.executable, "-m", "agent.cli.main", "serve", "--model", str(tp_checkpoint), "--port", str(port),
+           "--dtype", "float32", "--kv-budget-tokens", "4096", "--tp", "2", "--dist-timeout", "60",
+           "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = [proc.stdout.readline() for _ in range(3)]  # the banner and each rank's load stats
+        assert any("on http://" in line for line in lines), lines
+        assert any("rank 0/2" in line for line in lines) and any("rank 1/2" in line for line in lines), lines
+        deadline = time.monotonic() + 60
+        while httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        (follower,) = _children(proc.pid)[-1:]
+        body = {"model": tp_checkpoint.name, "prompt": "hello", "max_tokens": 3000, "temperature": 0,
+                "stream": True, "ignore_eos": True}
+        started = time.monotonic()
+        events = []
+        with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=90) as resp:
+            for line in resp.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                events.append(json.loads(line[6:]))
+                if len(events) == 3:
+                    os.kill(follower, signal.SIGKILL)
+        errors = [e for e in events if "error" in e]
+        assert errors, events[-2:]
+        assert "rank 1" in errors[0]["error"]["message"]
+        assert proc.wait(timeout=30) == 1
+        assert time.monotonic() - started < 45
+        out = proc.stdout.read()
+        assert "rank 1" in out and "exited with code -9" in out, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
