@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""What tensor parallelism costs on this machine: Engine(TP=2) vs Engine(TP=1), and the bytes
+its collectives move per step.
+
+Both engines run the same greedy requests with the prefix cache off: a prefill of --prompt
+tokens, and decode at batch 1 and --batch. TP=1 runs with 2 threads, TP=2 with one per rank
+(the same cores), times are wall clock (two processes), best of --reps. On a 2-core CPU TP=2 is
+expected to be slower (gloo over loopback costs ms per collective: ../shared/docs/scaleout.md
+§4.7); the benchmark exists to pin the counts and make the communication cost visible, which on
+NVLink is microseconds.
+
+Printed per phase: seconds per step for each, their ratio, and per TP=2 step the collectives,
+bytes all-reduced and gathered, and control-plane commands; plus the bytes the same step would
+all-reduce at GLM-5.3's real shape (78 layers x 2 all-reduces x tokens x 6144 x 2 B bf16, plus
+the embedding's and the logits gather).
+
+    python benchmarks/parallel_overhead.py           # small preset
+    python benchmarks/parallel_overhead.py --quick   # tiny preset, a few tokens (CI)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from inference.engine import Engine, EngineConfig, GenerateRequest, SamplingParams  # noqa: E402
+from inference.random_checkpoint import write_random_checkpoint  # noqa: E402
+
+REAL = dict(layers=78, hidden=6144, vocab=154880, bytes=2)
+
+
+def real_bytes_per_step(tokens: int, logit_rows: int) -> int:
+    """All-reduce + gather payload of one GLM-5.3 forward (bf16), as counted on the leader."""
+    all_reduce = (2 * REAL["layers"] + 1) * tokens * REAL["hidden"] * REAL["bytes"]
+    gather = logit_rows * (REAL["vocab"] // 8) * REAL["bytes"]
+    return all_reduce + gather
+
+
+def _requests(batch: int, length: int, new: int, vocab: int) -> list[GenerateRequest]:
+    g = torch.Generator().manual_seed(batch * 1000 + length)
+    ids = torch.randint(3, vocab - 1, (batch, length), generator=g).tolist()
+    params = SamplingParams(temperature=0.0, max_tokens=new, ignore_eos=True)
+    return [GenerateRequest(prompt_ids=p, params=params) for p in ids]
+
+
+def _seconds(engine: Engine, batch: int, length: int, new: int) -> float:
+    vocab = engine.model_config.vocab_size
+    start = time.perf_counter()
+    engine.generate(_requests(batch, length, new, vocab))
+    return time.perf_counter() - start
+
+
+def _stats(engine: Engine) -> dict:
+    comm = engine.model.parallel.comm
+    return {"calls": dict(comm.stats.calls), "bytes": dict(comm.stats.bytes),
+            "commands": getattr(engine.runner, "commands_sent", 0), "steps": engine.num_steps}
+
+
+def _delta(after: dict, before: dict) -> dict:
+    sub = lambda a, b: {k: a.get(k, 0) - b.get(k, 0) for k in a}  # noqa: E731
+    return {"calls": sub(after["calls"], before["calls"]), "bytes": sub(after["bytes"], before["bytes"]),
+            "commands": after["commands"] - before["commands"], "steps": after["steps"] - before["steps"]}
+
+
+def measure(engine: Engine, prompt: int, batch: int, new: int, reps: int) -> dict:
+    """Per phase: best seconds per step, and the collectives of one such step (from the last rep)."""
+    out = {}
+    _seconds(engine, 2, 8, 3)  # warm-up: first-call allocations and lazy inits are not a step's cost
+    for name, b, length in (("prefill", 1, prompt), ("decode_b1", 1, 16), (f"decode_b{batch}", batch, 16)):
+        best = float("inf")
+        for _ in range(reps):
+            before = _stats(engine)
+            first = _seconds(engine, b, length, 1)
+            if name == "prefill":
+                secs, steps = first, 1
+                delta = _delta(_stats(engine), before)
+            else:
+                mid = _stats(engine)
+                secs, steps = (_seconds(engine, b, length, 1 + new) - first) / new, new
+                delta = _delta(_delta(_stats(engine), mid), _delta(mid, before))
+            best = min(best, secs)
+        per_step = {k: {op: v / steps for op, v in d.items()} for k, d in delta.items() if k in ("calls", "bytes")}
+        out[name] = {"seconds_per_step": best, "tokens": b * (length if name == "prefill" else 1),
+                     "per_step": per_step, "commands_per_step": delta["commands"] / steps}
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="tiny preset, short prompt, few tokens")
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--new-tokens", type=int, default=16)
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    preset = "tiny" if args.quick else "small"
+    prompt, new, reps = (32, 4, 1) if args.quick else (args.prompt, args.new_tokens, args.reps)
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = write_random_checkpoint(Path(tmp) / preset, preset=preset, seed=0)
+        base = dict(dtype="float32", kv_budget_tokens=max(4096, (prompt + 64) * args.batch), enable_prefix_cache=False)
+        torch.set_num_threads(2)
+        one = Engine(ckpt, EngineConfig(**base))
+        r1 = measure(one, prompt, args.batch, new, reps)
+        one.shutdown()
+        torch.set_num_threads(1)
+        two = Engine(ckpt, EngineConfig(**base, parallel={"tensor_parallel_size": 2, "threads_per_rank": 1}))
+        try:
+            r2 = measure(two, prompt, args.batch, new, reps)
+        finally:
+            two.shutdown()
+    rows = []
+    for phase in r1:
+        a, b = r1[phase], r2[phase]
+        rows.append({
+            "phase": phase, "preset": preset, "tp1_s": a["seconds_per_step"], "tp2_s": b["seconds_per_step"],
+            "tp2_over_tp1": b["seconds_per_step"] / a["seconds_per_step"],
+            "collectives_per_step": b["per_step"]["calls"], "bytes_per_step": b["per_step"]["bytes"],
+            "commands_per_step": b["commands_per_step"],
+            "glm53_bytes_per_step": real_bytes_per_step(b["tokens"], 1 if phase == "prefill" else b["tokens"]),
+        })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(f"{'phase':>10} {'TP1 s/step':>11} {'TP2 s/step':>11} {'TP2/TP1':>8} {'all-reduce B':>13} "
+              f"{'gather B':>10} {'colls':>6} {'cmds':>5} {'GLM-5.3 B':>12}")
+        for r in rows:
+            calls = sum(r["collectives_per_step"].values())
+            print(f"{r['phase']:>10} {r['tp1_s']:>11.4f} {r['tp2_s']:>11.4f} {r['tp2_over_tp1']:>8.2f} "
+                  f"{r['bytes_per_step'].get('all_reduce', 0):>13,.0f} {r['bytes_per_step'].get('gather', 0):>10,.0f} "
+                  f"{calls:>6.1f} {r['commands_per_step']:>5.1f} {r['glm53_bytes_per_step']:>12,}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

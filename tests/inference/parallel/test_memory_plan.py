@@ -1,0 +1,56 @@
+"""`horizon model plan` on the shipped GLM-5.3 FP8 config (no weights): the numbers of
+../shared/docs/scaleout.md §3 (≈90 GiB weights per rank under TP8, ≈600K KV tokens, 6 sessions of
+100K), and the same from a checkpoint folder holding only config.json."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from inference.config import ModelConfig
+from inference.memory_plan import GIB, parse_bytes, plan
+
+CONFIG = Path(__file__).resolve().parents[3] / "inference" / "configs" / "glm-5.3-fp8.json"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "agent.cli.main", "model", "plan", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def glm53_json(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("glm53")
+    shutil.copy(CONFIG, folder / "config.json")  # a checkpoint folder with no weights
+    out = _cli(str(folder), "--gpus", "8", "--gpu-memory", "141GiB", "--kv-cache-dtype", "fp8", "--tp", "8", "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_glm53_on_8xh200_matches_the_design(glm53_json):
+    p = glm53_json
+    assert 89.0 < p["weights_bytes_per_rank"] / GIB < 91.0
+    assert p["kv_bytes_per_token"] == 54_728  # 53,940 B FP8 + 788 B for the MTP layer
+    assert 590_000 < p["kv_tokens"] < 620_000
+    assert p["sessions_100k"] == 6
+    assert abs(p["parameters"] - 753_329_921_024) / 753_329_921_024 < 1e-6
+
+
+def test_text_output_and_bf16_cache_halve_the_sessions():
+    config = ModelConfig.from_pretrained(CONFIG)
+    bf16 = plan(config, 8, parse_bytes("141GiB"), kv_cache_dtype="auto")
+    assert bf16.sessions_100k == 3 and "100K sessions" in bf16.describe()
+    out = _cli("glm-5.3", "--gpus", "8")
+    assert out.returncode == 0 and "weights per rank  89.7 GiB" in out.stdout
+
+
+def test_a_layout_that_does_not_split_is_refused():
+    out = _cli("glm-5.3", "--gpus", "6")
+    assert out.returncode == 2 and "num_attention_heads = 64 is not divisible by the parallel size 6" in out.stderr
+    with pytest.raises(ValueError, match="expected a size like"):
+        parse_bytes("lots")

@@ -1,0 +1,25 @@
+"""benchmarks/parallel_overhead.py --quick runs end to end (a real follower process) and reports
+the collectives of each step: one broadcast command, 2 all-reduces per layer + the embedding's,
+one logits gather."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_quick_run_reports_collective_counts():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "parallel_overhead.py"), "--quick", "--json"],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    rows = {r["phase"]: r for r in json.loads(out)}
+    layers = 4  # the tiny preset
+    for phase in ("prefill", "decode_b1", "decode_b8"):
+        calls = rows[phase]["collectives_per_step"]
+        assert calls["all_reduce"] == 2 * layers + 1 and calls["gather"] == 1 and calls["broadcast_object"] == 1
+        assert rows[phase]["tp1_s"] > 0 and rows[phase]["tp2_s"] > 0
+    # bytes all-reduced per decode step scale with the batch
+    assert rows["decode_b8"]["bytes_per_step"]["all_reduce"] == 8 * rows["decode_b1"]["bytes_per_step"]["all_reduce"]
