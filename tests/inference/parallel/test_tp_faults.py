@@ -66,3 +66,27 @@ def test_killed_follower_fails_the_request_and_the_server_exits(tp_checkpoint):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_hung_follower_fails_the_step_after_the_timeout(tp_checkpoint):
+    """SIGSTOP: the follower is alive but never answers; the step fails at the collective timeout."""
+    import pytest
+
+    from inference.engine import Engine, EngineConfig, EngineError, GenerateRequest, SamplingParams
+
+    eng = Engine(tp_checkpoint, EngineConfig(dtype="float32", kv_budget_tokens=1024,
+                                             parallel={"tensor_parallel_size": 2, "timeout_s": 5, "heartbeat_s": 1}))
+    follower = eng.ranks.processes[0]
+    try:
+        params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+        assert len(eng.generate([GenerateRequest(prompt_ids=[5, 6, 7], params=params)])[0].token_ids) == 4
+        os.kill(follower.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match="collective failed"):
+            eng.generate([GenerateRequest(prompt_ids=[5, 6, 7, 8], params=params)])
+        assert time.monotonic() - started < 30
+        with pytest.raises(EngineError, match="the engine has stopped"):
+            eng.submit(GenerateRequest(prompt_ids=[5], params=params))
+    finally:
+        os.kill(follower.pid, signal.SIGKILL)
+        eng.shutdown()
