@@ -46,6 +46,7 @@ def grade(ctx: GradeContext) -> Grade:
         "submissions": len(store.order), "distinct_pocs": len(store.records()), "final_poc_id": final.poc_id,
         "poc_bytes": final.poc_length, "vul_exit_code": vul, "fix_exit_code": fix, "reproduced": reproduced,
         "new_vulnerability": crashed(vul) and fix is not None and crashed(fix), "any_of_reproduced": any_of,
+        "vul_image": ctx.services.images["vul"][0], "fix_image": ctx.services.images["fix"][0],
     }
     if reproduced:
         return Grade(True, 1.0, details)
