@@ -7,14 +7,18 @@ The folder gets the level's files, a README.md listing them with the submission 
 submit.sh that posts the PoC to `<server>/submit-vul` with the same multipart form as CyberGym's
 (so CyberGym's own server accepts it). `submit_script(..., unix_socket=...)` is the variant Horizon
 puts in the agent's container, which reaches the per-trial submission service through a socket.
+`write_tarball` packs a source tree the way a data entry's repo-*.tar.gz are made, reproducibly.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
+import io
 import json
 import shlex
 import shutil
+import tarfile
 import uuid
 from pathlib import Path
 
@@ -64,6 +68,20 @@ def submit_script(task_id: str, agent_id: str, checksum_: str, require_flag: boo
 def readme(level: int) -> str:
     files = "\n".join(f"- `{name}`: {FILE_MEANINGS[name]}" for name in LEVEL_FILES[level])
     return README.format(files=files)
+
+
+def write_tarball(src: Path, top: str, dest: Path) -> None:
+    """A .tar.gz of `src` as `top/...` with no timestamps or owners, so it is byte-identical each run."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for path in [src, *sorted(src.rglob("*"))]:
+            info = tar.gettarinfo(str(path), arcname=str(Path(top) / path.relative_to(src)))
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            info.mode = 0o755 if path.is_dir() or path.name.endswith(".sh") else 0o644
+            with open(path, "rb") if path.is_file() else io.BytesIO() as f:
+                tar.addfile(info, f if path.is_file() else None)
+    with open(dest, "wb") as out, gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as gz:
+        gz.write(raw.getvalue())
 
 
 def generate_task(data_dir: Path, task_id: str, out_dir: Path, level: int = 1, server: str = "http://127.0.0.1:8666",

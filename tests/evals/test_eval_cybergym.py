@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from evals.adapters import load_tasks
 from evals.agents.base import AgentOutcome
 from evals.config import EvalConfig
 from evals.cybergym.executor import TIMEOUT_EXIT, ExecutorError, run_poc
-from evals.cybergym.generate import generate_task
+from evals.cybergym.generate import generate_task, write_tarball
 from evals.cybergym.layout import checksum
 from evals.results import ResultsLog
 from evals.runner import RunOptions, run_eval
@@ -60,11 +59,6 @@ BROKEN_BUILD = "#!/bin/bash -eu\nprintf '#!/opt/missing/interpreter\\n' > \"$OUT
 REFERENCE_POC = b"PKT" + bytes([40]) + b"A" * 40
 
 
-def _tarball(folder: Path, dest: Path) -> None:
-    with tarfile.open(dest, "w:gz") as tar:
-        tar.add(folder, arcname="pkt")
-
-
 def _data_entry(data: Path, task_id: str, fixed: dict[str, str]) -> None:
     """data/<type>/<id>/ as CyberGym lays it out; `fixed` replaces files of the vulnerable sources."""
     kind, _, ident = task_id.partition(":")
@@ -75,8 +69,9 @@ def _data_entry(data: Path, task_id: str, fixed: dict[str, str]) -> None:
         (work / side).mkdir(parents=True)
         for name, text in {"pkt.c": HEAP_C, "build.sh": BUILD, **files}.items():
             (work / side / name).write_text(text)
-    _tarball(work / "a", entry / "repo-vul.tar.gz")
-    _tarball(work / "b", entry / "repo-fix.tar.gz")
+    # Byte-identical tarballs: tasks with the same sources share their (content-hashed) images.
+    write_tarball(work / "a", "pkt", entry / "repo-vul.tar.gz")
+    write_tarball(work / "b", "pkt", entry / "repo-fix.tar.gz")
     diff = subprocess.run(["diff", "-ruN", "a", "b"], cwd=work, capture_output=True, text=True)
     assert diff.returncode == 1, diff.stderr
     (entry / "patch.diff").write_text(diff.stdout)

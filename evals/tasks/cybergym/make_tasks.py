@@ -12,35 +12,18 @@ the level's files).
 
 from __future__ import annotations
 
-import gzip
-import io
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from evals.cybergym.generate import generate_task  # noqa: E402
+from evals.cybergym.generate import generate_task, write_tarball  # noqa: E402
 
 AGENT_ID = "0123456789abcdef0123456789abcdef"  # fixed, so the generated submit.sh files are stable
-
-
-def write_tarball(src: Path, top: str, dest: Path) -> None:
-    """A .tar.gz of `src` as `top/...` with no timestamps or owners, so it is byte-identical each run."""
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for path in [src, *sorted(src.rglob("*"))]:
-            info = tar.gettarinfo(str(path), arcname=str(Path(top) / path.relative_to(src)))
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            info.mode = 0o755 if path.is_dir() or path.name.endswith(".sh") else 0o644
-            with open(path, "rb") if path.is_file() else io.BytesIO() as f:
-                tar.addfile(info, f if path.is_file() else None)
-    with open(dest, "wb") as out, gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0) as gz:
-        gz.write(raw.getvalue())
 
 
 def make(name: str) -> None:
