@@ -75,8 +75,8 @@ class Engine:
 
 def aux_images(task: Task) -> list:
     v = task.verifier
-    specs = [getattr(v, "verifier_image", None), getattr(v, "grader_image", None)]
-    return [s for s in specs if s is not None]
+    spec = getattr(v, "verifier_image", None)  # CyberGym's builds are its trial service's (evals/cybergym/)
+    return [spec] if spec is not None else []
 
 
 class Trial:
