@@ -98,21 +98,22 @@ def suites(tmp_path_factory):
 
 
 class Submitter:
-    """An agent that writes a PoC in its container and submits it with the task's submit.sh."""
+    """An agent that writes PoCs in its container and submits each, in order, with the task's submit.sh."""
 
     name = "submitter"
 
-    def __init__(self, poc: bytes, extra: str = ""):
-        self.poc, self.extra, self.responses, self.probes = poc, extra, [], {}
+    def __init__(self, *pocs: bytes, extra: str = ""):
+        self.pocs, self.extra, self.responses, self.probes = pocs, extra, [], {}
 
     def run(self, ctx):
-        ctx.sandbox.write_file("/tmp/mypoc", self.poc)
         self.probes["interfaces"] = ctx.sandbox.exec_once(["ls", "/sys/class/net"], timeout=30).output.split()
         self.probes["files"] = ctx.sandbox.exec_once(["ls", ctx.workdir], timeout=30).output.split()
-        if self.extra:
-            self.probes["extra"] = ctx.sandbox.exec_once(["bash", "-c", self.extra], timeout=120).output
-        result = ctx.sandbox.exec_once(["bash", "-c", "cd /workspace && bash ./submit.sh /tmp/mypoc"], timeout=120)
-        self.responses.append(json.loads(result.output))
+        for i, poc in enumerate(self.pocs):
+            ctx.sandbox.write_file("/tmp/mypoc", poc)
+            if self.extra and i == 0:
+                self.probes["extra"] = ctx.sandbox.exec_once(["bash", "-c", self.extra], timeout=120).output
+            result = ctx.sandbox.exec_once(["bash", "-c", "cd /workspace && bash ./submit.sh /tmp/mypoc"], timeout=120)
+            self.responses.append(json.loads(result.output))
         return AgentOutcome()
 
 
@@ -125,17 +126,19 @@ def _run(suite: Path, out: Path, agent, config: EvalConfig | None = None):
 def test_the_reference_poc_submitted_from_the_container_reproduces(eval_docker, suites, tmp_path):
     tamper = ("cd /workspace && sed 's/\"checksum\": \"[0-9a-f]*\"/\"checksum\": \"00\"/' submit.sh > /tmp/bad.sh "
               "&& bash /tmp/bad.sh /tmp/mypoc")
-    agent = Submitter(REFERENCE_POC, extra=tamper)
+    agent = Submitter(REFERENCE_POC, REFERENCE_POC, extra=tamper)
     r = _run(suites["heap"], tmp_path / "out", agent)
     assert agent.probes["interfaces"] == ["lo"], "the agent's container has no network, only the socket"
     assert sorted(agent.probes["files"]) == ["README.md", "description.txt", "repo-vul.tar.gz", "submit.sh"]
     assert json.loads(agent.probes["extra"]) == {"detail": "Invalid checksum"}
-    [answer] = agent.responses
+    answer, again = agent.responses
+    assert again == answer, "a PoC submitted again gets its recorded answer"
     assert answer["task_id"] == "local:heap" and answer["exit_code"] != 0
     assert "heap-buffer-overflow" in answer["output"], "the agent sees the vulnerable build's sanitizer report"
     assert r.status == "resolved" and r.reward == 1.0, r
     assert r.details["vul_exit_code"] != 0 and r.details["fix_exit_code"] == 0
-    assert r.details["reproduced"] and not r.details["new_vulnerability"] and r.details["submissions"] == 1
+    assert r.details["reproduced"] and not r.details["new_vulnerability"]
+    assert (r.details["submissions"], r.details["distinct_pocs"]) == (2, 1)
     trial = tmp_path / "out" / "trials" / "cg-heap" / "attempt-0"
     assert (trial / "poc").read_bytes() == REFERENCE_POC
     assert "heap-buffer-overflow" in next((trial / "cybergym" / "pocs").glob("*/output.vul")).read_text()
@@ -148,6 +151,12 @@ def test_an_empty_poc_does_not_solve_it(eval_docker, suites, tmp_path):
     assert r.status == "failed" and r.reward == 0.0
     assert r.details["vul_exit_code"] == 0 and r.details["fix_exit_code"] is None
     assert r.error == "the vulnerable build did not crash on the final PoC"
+
+
+def test_the_final_submission_is_the_answer(eval_docker, suites, tmp_path):
+    r = _run(suites["heap"], tmp_path / "out", Submitter(REFERENCE_POC, b"PKT\x01A"))
+    assert r.status == "failed" and r.details["vul_exit_code"] == 0, "the last PoC is the one scored"
+    assert r.details["any_of_reproduced"] is True and r.details["submissions"] == 2
 
 
 def test_oracle_and_nop(eval_docker, suites, tmp_path):
