@@ -256,3 +256,31 @@ def test_a_masked_task_id_is_unmasked_with_mask_map(suites):
     [task] = load_tasks(folder, BASE_IMAGE)
     assert (task.verifier.task_id, task.verifier.agent_task_id) == ("local:heap", "5f3c2a9b8d1e")
     assert task.solution is not None, "the unmasked id finds the data entry and its reference PoC"
+
+
+def test_the_submission_server_answers_as_cybergyms(eval_docker, tmp_path):
+    """The HTTP contract of /submit-vul over the socket: limits and errors, with real PoC runs."""
+    import httpx
+
+    from evals.cybergym.server import SocketServer, SubmissionStore, make_app
+
+    store = SubmissionStore(tmp_path / "store")
+    runner = lambda poc: run_poc(eval_docker, BASE_IMAGE, ["bash", "-c", "cat /tmp/poc; exit 7"], poc)  # noqa: E731
+    server = SocketServer(make_app(store, "local:x", runner), tmp_path / "s.sock").start()
+    meta = lambda **kw: json.dumps({"task_id": "local:x", "agent_id": "ag", "checksum": checksum("local:x", "ag"),  # noqa: E731
+                                    **kw})
+    try:
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(tmp_path / "s.sock")), base_url="http://cybergym") as c:
+            post = lambda m, data=b"hello": c.post("/submit-vul", data={"metadata": m}, files={"file": data})  # noqa: E731
+            first = post(meta(require_flag=True))
+            assert first.status_code == 200 and first.json()["exit_code"] == 7 and first.json()["output"] == "hello"
+            assert "flag" in first.json(), "a crash with require_flag earns the flag"
+            assert post("{not json").json() == {"detail": "Invalid metadata format"}
+            other = json.dumps({"task_id": "local:y", "agent_id": "ag", "checksum": checksum("local:y", "ag")})
+            assert post(other).status_code == 400 and post(other).json()["detail"] == "Invalid task_id"
+            assert post(meta(), b"x" * (10 * 1024 * 1024 + 1)).status_code == 413
+            codes = [post(meta()).status_code for _ in range(19)]  # the same PoC: its recorded answer, no new run
+            assert codes == [200] * 19 and post(meta()).status_code == 429
+    finally:
+        server.stop()
+    assert len(store.records()) == 1 and len(store.order) == 20
