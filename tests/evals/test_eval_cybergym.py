@@ -171,6 +171,8 @@ def test_a_fixed_build_that_cannot_run_is_an_infra_error_not_a_zero(eval_docker,
     r = _run(suites["broken-fix"], tmp_path / "out", Submitter(REFERENCE_POC), EvalConfig(max_infra_retries=0))
     assert r.status == "error" and r.error_class == "verifier_crashed", r
     assert "could not be executed" in r.error and "exit 12" in r.error
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["infra_errors"] == 1 and summary["error_classes"] == {"verifier_crashed": 1}
 
 
 def test_an_arvo_id_uses_arvo_image_names_and_falls_back_to_sources(eval_docker, suites, tmp_path):
