@@ -107,19 +107,34 @@ class SweVerifier(_Model):
     test_command: str = "python3 -m pytest -rA -p no:cacheprovider"
 
 
-class PocVerifier(_Model):
-    """CyberGym: run the agent's PoC against sanitizer builds of the vulnerable and fixed program."""
+class PocBuild(_Model):
+    """One build a CyberGym PoC runs against (the `-vul` or the `-fix` one): a prebuilt runner
+    image (ARVO's `n132/arvo:<id>-vul`, OSS-Fuzz's `cybergym/oss-fuzz:<id>-fix`) used when the
+    engine has or can pull it, else an image built from the task's sources with its build script."""
+
+    image: str | None = None
+    command: list[str] = Field(default_factory=list)  # runs the PoC at /tmp/poc in `image`
+    source: ImageSpec | None = None
+    source_command: list[str] = Field(default_factory=lambda: ["/usr/local/bin/horizon-run-poc"])
+
+
+class CyberGymVerifier(_Model):
+    """CyberGym: PoCs reach a per-trial submission service through the task's `submit.sh`; the final
+    submission is run on the vulnerable and the fixed build (evals/cybergym/)."""
 
     kind: Literal["cybergym"] = "cybergym"
-    poc_path: str
-    grader_image: ImageSpec
-    vulnerable_cmd: list[str]
-    fixed_cmd: list[str]
-    run_timeout_sec: float = 10.0
+    task_id: str  # CyberGym's own id: arvo:N, oss-fuzz:N, or local:NAME for tasks built from sources
+    agent_task_id: str  # the id submit.sh sends (a masked id differs from task_id)
+    agent_id: str
+    checksum: str  # sha256(agent_task_id + agent_id + salt), checked on every submission
+    vul: PocBuild
+    fix: PocBuild
+    run_timeout_sec: float = Field(10.0, gt=0)  # the inner `timeout -s SIGKILL` around the program
+    container_timeout_sec: float = Field(60.0, gt=0)  # the wait for a PoC's container
 
 
 Verifier = Annotated[
-    Union[PytestSummaryVerifier, RewardFileVerifier, SweVerifier, PocVerifier],
+    Union[PytestSummaryVerifier, RewardFileVerifier, SweVerifier, CyberGymVerifier],
     Field(discriminator="kind"),
 ]
 
@@ -155,14 +170,8 @@ class PatchSolution(_Model):
     repo_dir: str
 
 
-class PocSolution(_Model):
-    kind: Literal["poc"] = "poc"
-    file: Path
-    dest: str
-
-
 Solution = Annotated[
-    Union[ScriptSolution, KeystrokeSolution, PatchSolution, PocSolution],
+    Union[ScriptSolution, KeystrokeSolution, PatchSolution],
     Field(discriminator="kind"),
 ]
 

@@ -19,6 +19,7 @@ from evals.images import ImageBuilder, ImageUnavailable
 from evals.results import TrialResult
 from evals.task import Task
 from evals.tmux import TerminalError, TmuxSession
+from evals.trial_services import trial_services
 from sandbox import Sandbox, SandboxConfig, SandboxError
 from sandbox.images import ImageBuildTimeout
 from sandbox.users import UnknownUser
@@ -74,8 +75,8 @@ class Engine:
 
 def aux_images(task: Task) -> list:
     v = task.verifier
-    specs = [getattr(v, "verifier_image", None), getattr(v, "grader_image", None)]
-    return [s for s in specs if s is not None]
+    spec = getattr(v, "verifier_image", None)  # CyberGym's builds are its trial service's (evals/cybergym/)
+    return [spec] if spec is not None else []
 
 
 class Trial:
@@ -87,17 +88,20 @@ class Trial:
         self.run_label = run_label
         self.phase_seconds: dict[str, float] = {}
         self.notes: list[str] = []
+        self.services = trial_services(task, engine, trial_dir, self._labels())
+
+    def _labels(self) -> dict[str, str]:
+        return {"dev.horizon.eval.task": self.task.id[:60], "dev.horizon.eval.run": self.run_label[:60]}
 
     def _config(self, image: str, workdir: str, env: dict[str, str] | None = None, network: bool = False,
                 memory_mb: int | None = None, allowed_hosts: list[str] | None = None,
-                user: str | None = None) -> SandboxConfig:
+                user: str | None = None, mounts: list | None = None) -> SandboxConfig:
         r = self.task.resources
         return SandboxConfig(
             image=image, workdir=workdir, network="allowlist" if allowed_hosts else network,
             allowed_hosts=allowed_hosts or [], user=user, env=env or {},
             memory=f"{memory_mb or r.memory_mb}m", cpus=r.cpus, pids_limit=r.pids_limit,
-            labels={"dev.horizon.eval.task": self.task.id[:60], "dev.horizon.eval.run": self.run_label[:60]},
-            docker_host=self.engine.docker_host,
+            labels=self._labels(), docker_host=self.engine.docker_host, mounts=mounts or [],
         )
 
     def _workdir(self, tag: str) -> str:
@@ -117,7 +121,7 @@ class Trial:
             tag, notes = self.engine.builder.ensure(self.task.environment, self.task.id, timeout=left())
             for spec in aux_images(self.task):
                 notes += self.engine.builder.ensure(spec, f"{self.task.id}-verifier", timeout=left())[1]
-            return tag, notes
+            return tag, notes + self.services.prepare(timeout=left())
 
         try:
             # The outer limit only catches a build that could not be stopped in time.
@@ -162,10 +166,10 @@ class Trial:
                                                  f"{prepared.output.strip()[:500]}")
         return view
 
-    def _start_agent_sandbox(self, tag: str, workdir: str):
+    def _start_agent_sandbox(self, tag: str, workdir: str, mounts: list | None = None):
         task = self.task
         config = self._config(tag, workdir, env=task.env, network=task.network, allowed_hosts=task.allowed_hosts,
-                              user=task.user)
+                              user=task.user, mounts=mounts)
         try:
             sb = Sandbox.start(config)
         except UnknownUser as exc:
@@ -220,7 +224,8 @@ class Trial:
             # Harbor: test.sh (and collect hooks) run as [verifier] user, else the image's USER, never the agent's.
             sb = self._as_verifier(sb, verifier_user or self._image_user(tag))
         ctx = GradeContext(task=self.task, sandbox=sb, timeout=self.timeouts.verifier_sec, env_image=tag,
-                           builder=self.engine.builder, open_sandbox=self._open_sandbox, trial_dir=self.trial_dir)
+                           builder=self.engine.builder, open_sandbox=self._open_sandbox, trial_dir=self.trial_dir,
+                           services=self.services)
         started = time.monotonic()
         # Each grading command is bounded by the verifier timeout itself; this outer cap only
         # catches a grader wedged elsewhere (CyberGym runs two programs, SWE starts a container).
@@ -238,7 +243,7 @@ class Trial:
         try:
             tag = self._build()
             workdir = self._workdir(tag)
-            with self._start_agent_sandbox(tag, workdir) as sb:
+            with self.services.serving() as mounts, self._start_agent_sandbox(tag, workdir, mounts) as sb:
                 outcome = self._run_agent(sb, workdir)
                 grade = self._grade(sb, tag)
         except InfraError as exc:

@@ -1,14 +1,14 @@
 """The oracle agent applies each task's reference solution, the way the real harnesses do:
 TB1 solution.sh and Harbor solve.sh are typed into the agent's tmux session as one blocking
 command, keystroke solutions are replayed step by step, SWE tasks get the gold patch applied, and
-CyberGym tasks get the reference PoC at the submission path."""
+CyberGym tasks submit the reference PoC with the task's own `submit.sh` (a script solution)."""
 
 from __future__ import annotations
 
 import shlex
 
 from evals.agents.base import AgentContext, AgentOutcome
-from evals.task import KeystrokeSolution, PatchSolution, PocSolution, ScriptSolution
+from evals.task import KeystrokeSolution, PatchSolution, ScriptSolution
 
 
 class OracleAgent:
@@ -24,10 +24,6 @@ class OracleAgent:
             return self._keystrokes(ctx, solution)
         if isinstance(solution, PatchSolution):
             return self._patch(ctx, solution)
-        if isinstance(solution, PocSolution):
-            ctx.sandbox.exec_once(["mkdir", "-p", solution.dest.rsplit("/", 1)[0] or "/"], timeout=30)
-            ctx.sandbox.write_file(solution.dest, solution.file.read_bytes())
-            return AgentOutcome()
         raise TypeError(f"unknown solution kind {type(solution).__name__}")
 
     def _script(self, ctx: AgentContext, s: ScriptSolution) -> AgentOutcome:

@@ -31,6 +31,7 @@ class GradeContext:
     builder: Any  # evals.images.ImageBuilder on this trial's engine
     open_sandbox: Callable[..., ContextManager]  # fresh no-network sandbox: open_sandbox(image, workdir=None, env=None)
     trial_dir: Path
+    services: Any = None  # evals.trial_services: what ran next to the agent (CyberGym's submissions)
 
 
 def grade_task(ctx: GradeContext) -> Grade:

@@ -68,9 +68,9 @@ def test_cybergym_levels_decide_what_the_agent_gets():
         level = t.metadata["level"]
         assert ("task/description.txt" in given) == (level >= 1)
         assert ("task/error.txt" in given) == (level >= 2)
-        assert ("task/patch.diff" in given) == (level == 3)
+        assert ("task/patch.diff" in given) == ("task/repo-fix.tar.gz" in given) == (level == 3)
         assert not any(name.endswith("poc") for name in given), "the reference PoC never reaches the agent"
-        assert "/grader/fix" not in t.environment.generated_files["Dockerfile"]
+        assert "--unix-socket /run/cybergym/submit.sock" in t.environment.generated_files["task/submit.sh"]
 
 
 def _copy_task(tmp_path: Path, name: str) -> Path:
@@ -120,12 +120,12 @@ def test_swe_bad_records_do_not_hide_good_ones(tmp_path):
     assert items[2].file == "instances.jsonl:3" and "invalid JSON" in items[2].message
 
 
-def test_unknown_cybergym_level_names_the_field(tmp_path):
+def test_a_cybergym_folder_with_a_foreign_file_set_names_the_file(tmp_path):
     dest = tmp_path / "cg"
-    shutil.copytree(TASKS / "cybergym" / "cg-tlv-stack", dest)
-    (dest / "cybergym.toml").write_text((dest / "cybergym.toml").read_text().replace("level = 1", "level = 7"))
-    [err] = load_tasks(dest, BASE)
-    assert isinstance(err, TaskLoadError) and (err.file, err.field) == ("cybergym.toml", "level")
+    shutil.copytree(TASKS / "cybergym", dest)
+    shutil.copy(dest / "data" / "local" / "cg-tlv-stack" / "patch.diff", dest / "cg-tlv-stack" / "patch.diff")
+    err = _by_id(load_tasks(dest, BASE))["cg-tlv-stack"]
+    assert isinstance(err, TaskLoadError) and (err.file, err.field) == ("patch.diff", "level")
 
 
 def test_missing_path_raises():

@@ -159,33 +159,6 @@ def test_verifier_crash_is_retried_and_kept_apart_from_failures(eval_docker, sui
     assert summary.pass_at_k == {"pass@1": 1.0, "pass@2": 1.0}, "pass@k is over graded trials"
 
 
-class _PocWriter:
-    """A minimal agent that leaves a fixed PoC file (CyberGym submission path)."""
-
-    name = "poc-writer"
-
-    def __init__(self, data: bytes):
-        self.data = data
-
-    def run(self, ctx):
-        from evals.agents.base import AgentOutcome
-
-        ctx.sandbox.write_file(ctx.task.verifier.poc_path, self.data)
-        return AgentOutcome()
-
-
-def test_a_poc_run_killed_by_the_timeout_counts_as_not_crashed(eval_docker, suite, tmp_path):
-    root = suite("cg-tlv-stack", group="cybergym")
-    toml = root / "cg-tlv-stack" / "cybergym.toml"
-    toml.write_text(toml.read_text().replace("run_timeout_sec = 10", "run_timeout_sec = 2").replace(
-        'run = ["{binary}", "{poc}"]', 'run = ["bash", "-c", "grep -q HANG {poc} && sleep 600; exec {binary} {poc}"]'))
-    poc = (root / "cg-tlv-stack" / "poc").read_bytes() + b"HANG"
-    run_eval(root, RunOptions(agent="poc-writer", out_dir=tmp_path / "out", progress=False), agent=_PocWriter(poc))
-    [r] = ResultsLog(tmp_path / "out" / "results.jsonl").load()
-    assert r.status == "failed" and r.details["vul_exit_code"] == 0 and r.details["fix_exit_code"] == 0
-    assert r.error == "the vulnerable build did not crash"
-
-
 def test_validate_flags_a_task_that_nop_solves(eval_docker, suite, tmp_path):
     root = suite("tb1-hello-file", "tb1-csv-summary")
     dockerfile = root / "tb1-hello-file" / "Dockerfile"

@@ -36,7 +36,7 @@ def test_every_sample_suite_is_valid_and_runs_four_at_once(eval_docker, tmp_path
     assert _max_overlap(oracle) == 4, "with -j 4 and 17 tasks, four trials run at the same time"
 
     nop = {r.task_id: r for r in report.nop.values()}
-    assert nop["cg-tlv-stack"].error == "no PoC file at /workspace/poc"
+    assert nop["cg-tlv-stack"].error == "no PoC was submitted (bash submit.sh PATH_TO_POC)"
     assert nop["horizon-samples__roman-1"].details["f2p"] == "0/4"
     assert nop["horizon-samples__roman-1"].details["p2p"] == "2/2"
     deepswe = nop["deepswe-slugs"].details["metrics"]
