@@ -115,6 +115,14 @@ def plan(config: ModelConfig, gpus: int, gpu_memory_bytes: int, tp: int | None =
     if not 0 < memory_fraction <= 1:
         raise ValueError(f"memory fraction {memory_fraction}: expected a value in (0, 1]")
     fp8 = (weight_format or ("fp8" if config.weight_block_size else "bf16")) == "fp8"
+    if fp8 and tp > 1:
+        from inference.parallel.shard import fp8_block_misalignments
+        from inference.parallel.state import ParallelState
+
+        block = config.weight_block_size or (128, 128)
+        cuts = [c for r in range(tp) for c in fp8_block_misalignments(config, ParallelState(tp, r, ep), block)]
+        if cuts:
+            raise ValueError(f"TP{tp}/EP{ep} cannot keep the weights in FP8: " + "; ".join(cuts[:3]))
     per_rank, params = weight_bytes(config, tp, ep, fp8)
     whole, _ = weight_bytes(config, 1, 1, fp8) if tp > 1 else (per_rank, params)
     kv_token = kv_bytes_per_token(config, torch.bfloat16, kv_cache_dtype)

@@ -132,3 +132,33 @@ def validate_layout(config: ModelConfig, state: ParallelState) -> None:
         state.experts(config.n_routed_experts)
         state.expert_intermediate(config.moe_intermediate_size)
         state.split(config.moe_intermediate_size * config.n_shared_experts, "moe_intermediate_size * n_shared_experts")
+
+
+def fp8_block_misalignments(config: ModelConfig, state: ParallelState, block: tuple[int, int]) -> list[str]:
+    """Every sharded FP8 weight whose shard would cut a scale block (FP8-resident weights cannot
+    be sliced inside a block; vLLM's validate_fp8_block_shape is the same rule). [] = aligned."""
+    if state.world == 1:
+        return []
+    h, r = config.hidden_size, config.kv_lora_rank
+    shapes = {  # representative checkpoint names -> full [out, in]
+        "model.layers.L.self_attn.q_b_proj.weight": (config.num_attention_heads * config.qk_head_dim, config.q_lora_rank),
+        "model.layers.L.self_attn.kv_b_proj.weight": (config.num_attention_heads * (config.qk_nope_head_dim + config.v_head_dim), r),
+        "model.layers.L.self_attn.o_proj.weight": (h, config.num_attention_heads * config.v_head_dim),
+        "model.layers.0.mlp.gate_proj.weight": (config.intermediate_size, h),
+        "model.layers.0.mlp.down_proj.weight": (h, config.intermediate_size),
+    }
+    if config.n_routed_experts:
+        shared = config.moe_intermediate_size * config.n_shared_experts
+        shapes["model.layers.L.mlp.shared_experts.gate_proj.weight"] = (shared, h)
+        shapes["model.layers.L.mlp.shared_experts.down_proj.weight"] = (h, shared)
+        shapes["model.layers.L.mlp.experts.0.gate_proj.weight"] = (config.moe_intermediate_size, h)
+        shapes["model.layers.L.mlp.experts.0.down_proj.weight"] = (h, config.moe_intermediate_size)
+    problems = []
+    for name, full in shapes.items():
+        shard = shard_for(name.replace(".L.", f".{max(config.first_k_dense_replace, 0)}."), config, state)
+        if shard.replicated:
+            continue
+        if shard.in_blocks(block[shard.dim], full[shard.dim]) is None:
+            problems.append(f"{name.replace('.L.', '.*.')}: rank {state.rank}'s {'rows' if shard.dim == 0 else 'columns'} "
+                            f"[{shard.start}, {shard.start + shard.size}) cut its {block[0]}x{block[1]} FP8 scale blocks")
+    return problems

@@ -54,3 +54,13 @@ def test_a_layout_that_does_not_split_is_refused():
     assert out.returncode == 2 and "num_attention_heads = 64 is not divisible by the parallel size 6" in out.stderr
     with pytest.raises(ValueError, match="expected a size like"):
         parse_bytes("lots")
+
+
+def test_fp8_layouts_that_cut_scale_blocks_are_refused():
+    from inference.parallel import ParallelState
+    from inference.parallel.shard import fp8_block_misalignments
+
+    config = ModelConfig.from_pretrained(CONFIG)
+    assert all(not fp8_block_misalignments(config, ParallelState(8, r, 8), (128, 128)) for r in range(8))
+    with pytest.raises(ValueError, match="shared_experts.gate_proj.weight: rank 0's rows \\[0, 64\\) cut"):
+        plan(config, 32, parse_bytes("141GiB"))
