@@ -19,7 +19,7 @@ def scale_shape(shape: tuple[int, int], block: tuple[int, int] = DEFAULT_BLOCK) 
 
 
 def _expand(scale: torch.Tensor, shape: tuple[int, int], block: tuple[int, int]) -> torch.Tensor:
-    return scale.repeat_interleave(block[0], 0)[: shape[0]].repeat_interleave(block[1], 1)[:, : shape[1]]
+    return scale.repeat_interleave(block[0], -2)[..., : shape[0], :].repeat_interleave(block[1], -1)[..., : shape[1]]
 
 
 def quantize_blockwise(
@@ -38,14 +38,33 @@ def quantize_blockwise(
     return q, scale
 
 
+def e4m3_to_float(weight: torch.Tensor) -> torch.Tensor:
+    """e4m3 -> fp32, exact. On CPU a 256-entry table lookup (kv_formats.py measured it ~25x faster
+    than torch's element cast); the values are the same either way."""
+    if weight.device.type != "cpu" or weight.dtype != torch.float8_e4m3fn:
+        return weight.float()
+    table = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    codes = weight.contiguous().view(torch.uint8).reshape(-1).int()
+    return table.index_select(0, codes).view(weight.shape)
+
+
 def dequantize_blockwise(
     weight: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int] = DEFAULT_BLOCK, dtype=torch.float32
 ) -> torch.Tensor:
-    shape = tuple(weight.shape)
-    expected = scale_shape(shape, block)
+    """weight [..., out, in] (e4m3, or any float), scale_inv [..., ceil(out/bo), ceil(in/bi)] ->
+    weight * scale per element, computed in fp32 and cast to dtype once. Every caller (the loader,
+    the FP8-resident layers' per-call path) goes through here, so they agree bit for bit."""
+    shape = tuple(weight.shape[-2:])
+    expected = tuple(weight.shape[:-2]) + scale_shape(shape, block)
     if tuple(scale_inv.shape) != expected:
         raise ValueError(
-            f"weight_scale_inv: shape {tuple(scale_inv.shape)}, expected {expected} for weight {shape} "
+            f"weight_scale_inv: shape {tuple(scale_inv.shape)}, expected {expected} for weight {tuple(weight.shape)} "
             f"with {block[0]}x{block[1]} blocks"
         )
-    return (weight.float() * _expand(scale_inv.float(), shape, block)).to(dtype)
+    w = e4m3_to_float(weight)
+    s = scale_inv.float()
+    if shape[0] % block[0] == 0 and shape[1] % block[1] == 0:  # broadcast, no expanded scale copy
+        lead = tuple(weight.shape[:-2])
+        blocks = w.reshape(*lead, s.shape[-2], block[0], s.shape[-1], block[1]) * s.view(*lead, s.shape[-2], 1, s.shape[-1], 1)
+        return blocks.view(weight.shape).to(dtype)
+    return (w * _expand(s, shape, block)).to(dtype)
