@@ -25,16 +25,18 @@ def _expand(scale: torch.Tensor, shape: tuple[int, int], block: tuple[int, int])
 def quantize_blockwise(
     weight: torch.Tensor, block: tuple[int, int] = DEFAULT_BLOCK
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """weight [out, in] -> (e4m3 weight, fp32 scale_inv) with one scale per block."""
-    if weight.dim() != 2:
+    """weight [..., out, in] -> (e4m3 weight, fp32 scale_inv) with one scale per block, on the
+    weight's device (partial last blocks take the amax of the rows/columns they have)."""
+    if weight.dim() < 2:
         raise ValueError(f"quantize_blockwise: expected a 2-D weight, got shape {tuple(weight.shape)}")
     w = weight.float()
-    rows, cols = scale_shape(tuple(w.shape), block)
-    padded = torch.zeros(rows * block[0], cols * block[1])
-    padded[: w.shape[0], : w.shape[1]] = w.abs()
-    amax = padded.view(rows, block[0], cols, block[1]).amax(dim=(1, 3))
+    *lead, n, k = w.shape
+    rows, cols = scale_shape((n, k), block)
+    padded = w.new_zeros(*lead, rows * block[0], cols * block[1])
+    padded[..., :n, :k] = w.abs()
+    amax = padded.view(*lead, rows, block[0], cols, block[1]).amax(dim=(-3, -1))
     scale = amax.clamp_min(1e-12) / E4M3_MAX
-    q = (w / _expand(scale, tuple(w.shape), block)).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    q = (w / _expand(scale, (n, k), block)).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
     return q, scale
 
 

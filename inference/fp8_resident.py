@@ -70,3 +70,18 @@ def scale_errors(names: dict[str, tuple[tuple[int, ...], str]], block: tuple[int
                 f"{list(shape)} with {block[0]}x{block[1]} blocks"
             )
     return errors
+
+
+def set_fp8_mode(model: nn.Module, mode: str) -> None:
+    """Switch every FP8-resident module (and the fused FP8 weights that fuse() made) between "fp8"
+    and "fp8_w8a8" without reloading (A/B runs: benchmarks/glm53_forward.py)."""
+    from inference.layers.fp8_linear import RESIDENT_FORMATS, Fp8Weight
+
+    if mode not in RESIDENT_FORMATS:
+        raise ValueError(f"mode={mode!r}: expected one of {RESIDENT_FORMATS}")
+    for module in model.modules():
+        if isinstance(module, (Fp8Linear, Fp8RoutedExperts)):
+            module.mode = mode
+        for value in vars(module).values():
+            if isinstance(value, Fp8Weight):
+                value.mode = mode

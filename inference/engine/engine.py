@@ -42,7 +42,8 @@ class Engine:
         self.config = config
         # The MTP layer (weights and its KV pages) is only loaded when it drafts.
         self.model = load_model(checkpoint_path, dtype=_DTYPES[config.dtype], device=config.device,
-                                latent_norm_eps=config.latent_norm_eps, mtp=config.num_speculative_tokens > 0)
+                                latent_norm_eps=config.latent_norm_eps, mtp=config.num_speculative_tokens > 0,
+                                weight_format=config.resolved_weight_format())
         self.model_config = self.model.config
         if config.compile_decode:
             self.model.compile_decode()

@@ -73,9 +73,21 @@ class Fp8RoutedExperts(RoutedExperts):
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, kernels: str | None = None) -> torch.Tensor:
         if self.mode == "fp8_w8a8":
             return self._w8a8(x, ids, weights, kernels or "auto")
-        gate_up, down = self.dense_stacks(x.dtype)
         if kernels is not None:
-            return kernel_path.routed_experts(x, gate_up, down, ids, weights, kernels)
+            # Only the experts this batch routes to, renumbered: the kernel's result per expert
+            # does not depend on which other experts the stack holds.
+            n_local = self.gate_up_proj.shape[0]
+            local = (ids >= 0) & (ids < n_local)
+            active = torch.unique(ids[local])
+            if active.numel() == 0:  # every pick is another rank's expert
+                return torch.zeros_like(x)
+            remap = torch.full((n_local,), -1, dtype=ids.dtype, device=ids.device)
+            remap[active] = torch.arange(active.numel(), dtype=ids.dtype, device=ids.device)
+            compact = torch.where(local, remap[ids.clamp(0, n_local - 1)], -1)
+            gate_up = self._dequant(self.gate_up_proj[active], self.gate_up_proj_scale_inv[active], x.dtype)
+            down = self._dequant(self.down_proj[active], self.down_proj_scale_inv[active], x.dtype)
+            return kernel_path.routed_experts(x, gate_up, down, compact, weights, kernels)
+        gate_up, down = self.dense_stacks(x.dtype)
         return self.grouped(x, ids, weights, gate_up, down)
 
     def single_token(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
