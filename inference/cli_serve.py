@@ -22,6 +22,9 @@ def register(subparsers) -> None:
     p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8"],
                    help="KV cache format: auto = the model dtype; fp8 = fp8_ds_mla latent + FP8 indexer keys "
                         "(about 0.56x the bf16 bytes per token)")
+    p.add_argument("--weight-format", default="auto", choices=["auto", "dequant", "fp8", "fp8_w8a8"],
+                   help="FP8 checkpoints: dequant = expand to --dtype at load; fp8 = keep e4m3 + block scales, "
+                        "dequantize per call; fp8_w8a8 = keep them, FP8 GEMMs; auto = dequant on CPU, fp8_w8a8 on CUDA")
     p.add_argument("--compile-decode", action="store_true",
                    help="torch.compile decode steps (faster per token; the first steps pay a compile of tens of seconds)")
     p.add_argument("--kv-budget-tokens", type=int, default=None,
@@ -57,7 +60,7 @@ def _serve(args: argparse.Namespace) -> int:
             kv_budget_tokens=args.kv_budget_tokens,
             host_budget_tokens=args.host_budget_tokens, max_running=args.max_running,
             session_ttl_s=args.session_ttl, num_speculative_tokens=args.speculative_tokens,
-            compile_decode=args.compile_decode, parallel=parallel,
+            compile_decode=args.compile_decode, parallel=parallel, weight_format=args.weight_format,
         )
     except EngineSettingsError as exc:
         print(f"horizon serve: invalid engine option: {exc}", file=sys.stderr)

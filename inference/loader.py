@@ -5,8 +5,10 @@
   plus the largest single tensor (plus one expert stack being packed).
 - Per-expert tensors `mlp.experts.{e}.{gate,up,down}_proj.weight` are packed into
   `gate_up_proj` [E, 2I, H] and `down_proj` [E, H, I] (transformers' packed names are accepted too).
-- FP8: a `.weight` with a `.weight_scale_inv` sibling is e4m3 with block scales; it is
-  dequantized to the target dtype (the presence of the scale decides, not modules_to_not_convert).
+- FP8: a `.weight` with a `.weight_scale_inv` sibling is e4m3 with block scales. weight_format
+  "dequant" dequantizes it to the target dtype; "fp8" / "fp8_w8a8" keep it e4m3 + scales on the
+  device (fp8_resident.py says which modules; layers/fp8_linear.py how they multiply). An FP8
+  weight without its scale, or with a mis-shaped one, is refused before anything is read.
 - Indexer tensors on IndexShare "shared" layers and the MTP layer's optional copies of
   embed_tokens / shared_head.head are tolerated and skipped.
 - Anything else missing, unexpected or mis-shaped is an error that names every such tensor.
@@ -31,8 +33,10 @@ from safetensors import safe_open
 
 from inference.config import ModelConfig
 from inference.fp8 import DEFAULT_BLOCK, dequantize_blockwise
+from inference.fp8_resident import make_fp8_resident, scale_errors
+from inference.layers.fp8_linear import check_weight_format
 from inference.model import Glm5ForCausalLM
-from inference.parallel.shard import REPLICATED, Shard, owns_expert, shard_for
+from inference.parallel.shard import REPLICATED, Shard, fp8_block_misalignments, owns_expert, shard_for
 from inference.parallel.state import ParallelState
 
 log = logging.getLogger(__name__)
@@ -81,6 +85,9 @@ class _Shards:
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(self.handle(name).get_slice(name).get_shape())
 
+    def dtype(self, name: str) -> str:
+        return self.handle(name).get_slice(name).get_dtype()
+
     def get(self, name: str) -> torch.Tensor:
         return self.handle(name).get_tensor(name)
 
@@ -118,27 +125,60 @@ def load_model(
     latent_norm_eps: float | None = None,
     mtp: bool = True,
     parallel: ParallelState | None = None,
+    weight_format: str = "dequant",
 ) -> Glm5ForCausalLM:
-    """Build the model from `path` (a checkpoint directory). mtp=False drops the MTP layer;
+    """Build the model from `path` (a checkpoint directory). mtp=False drops the MTP layer.
+    weight_format: "dequant" (FP8 dequantized at load), "fp8" or "fp8_w8a8" (FP8 kept resident).
     `parallel`: load this rank's shards only (the model's `load_stats` says what it cost)."""
+    check_weight_format(weight_format)
     parallel = parallel or ParallelState.single()
     path = Path(path)
     overrides = {} if latent_norm_eps is None else {"latent_norm_eps": latent_norm_eps}
     if not mtp:
         overrides["num_nextn_predict_layers"] = 0
     config = ModelConfig.from_pretrained(path, **overrides)
-    with torch.device("meta"):
-        model = Glm5ForCausalLM(config, parallel)  # validates the layout before anything is read
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     shards = _Shards(checkpoint_files(path))
     block = config.weight_block_size or DEFAULT_BLOCK
-    plan, errors = _plan(config, expected, shards, parallel)
+    with torch.device("meta"):
+        model = Glm5ForCausalLM(config, parallel)  # validates the layout before anything is read
+        if weight_format != "dequant":
+            cuts = fp8_block_misalignments(config, parallel, block)
+            if cuts:
+                raise CheckpointError(f"weight_format={weight_format!r} with {parallel.world} ranks: " + "; ".join(cuts)
+                                      + " (choose another tensor-parallel size, or weight_format='dequant')")
+            fp8 = {n for n in shards.files if n + "_scale_inv" in shards.files}
+            make_fp8_resident(model, config, block, weight_format, fp8.__contains__)
+    meta = model.state_dict()
+    expected = {k: tuple(v.shape) for k, v in meta.items()}
+    # FP8-resident parameters (e4m3 weights and their fp32 scales) load as stored.
+    resident = {k: v.dtype for k, v in meta.items() if v.dtype == torch.float8_e4m3fn or k.endswith("_scale_inv")}
+    errors = scale_errors({n: (shards.shape(n), shards.dtype(n)) for n in shards.files}, block)
+    plan, plan_errors = _plan(config, expected, shards, parallel, block)
+    errors += plan_errors
     if errors:
         raise CheckpointError(f"checkpoint {path} does not match the model config:\n  " + "\n  ".join(errors))
     read_bytes = 0
 
-    def read(name: str, target: torch.dtype) -> torch.Tensor:
+    def block_shard(weight: str) -> Shard:
+        """The scale blocks of `weight`'s shard (aligned: checked before loading)."""
+        shard = shard_for(weight, config, parallel)
+        if shard.replicated:
+            return REPLICATED
+        blocks = shard.in_blocks(block[shard.dim], shards.shape(weight)[shard.dim])
+        if blocks is None:
+            raise CheckpointError(f"{weight}: this rank's shard cuts its {block[0]}x{block[1]} scale blocks")
+        return blocks
+
+    def read(name: str, target: torch.dtype, as_stored: bool = False) -> torch.Tensor:
         nonlocal read_bytes
+        if as_stored:  # FP8-resident: the e4m3 slice, or its scales' blocks, as stored
+            is_scale = name.endswith("_scale_inv")
+            t = shards.read(name, block_shard(name.removesuffix("_scale_inv")) if is_scale
+                            else shard_for(name, config, parallel))
+            if t.dtype != target:
+                raise CheckpointError(f"{name}: stored as {t.dtype}, expected {target} for an FP8-resident weight")
+            read_bytes += t.numel() * t.element_size()
+            return t
         shard = shard_for(name, config, parallel)
         scale = name + "_scale_inv"
         if scale not in shards.files:
@@ -162,14 +202,14 @@ def load_model(
 
     state: dict[str, torch.Tensor] = {}
     for param, source in plan.items():
-        target = torch.float32 if _FP32.search(param) else dtype
+        target = resident.get(param) or (torch.float32 if _FP32.search(param) else dtype)
         if isinstance(source, str):
-            state[param] = read(source, target).to(device)
+            state[param] = read(source, target, param in resident).to(device)
             continue
         packed = torch.empty(expected[param], dtype=target, device=device)
         e0 = model.get_submodule(param.rsplit(".", 1)[0]).e0
         for (e, row0), name in source.items():
-            t = read(name, target)
+            t = read(name, target, param in resident)
             packed[e - e0, row0 : row0 + t.shape[0]] = t.to(device)
         state[param] = packed
     if "lm_head.weight" not in state:  # tie_word_embeddings (checked in _plan)
@@ -185,7 +225,8 @@ def load_model(
     return model.eval()
 
 
-def _plan(config: ModelConfig, expected: dict[str, tuple[int, ...]], shards: _Shards, parallel: ParallelState):
+def _plan(config: ModelConfig, expected: dict[str, tuple[int, ...]], shards: _Shards, parallel: ParallelState,
+          block=DEFAULT_BLOCK):
     """Map every model parameter to its checkpoint source; collect every mismatch. Shapes are
     compared as this rank holds them (a sharded tensor's local slice)."""
     plan: dict[str, object] = {}
@@ -199,6 +240,8 @@ def _plan(config: ModelConfig, expected: dict[str, tuple[int, ...]], shards: _Sh
         if name.endswith("_scale_inv"):
             if name[: -len("_scale_inv")] not in names:
                 errors.append(f"{name}: unexpected (no matching weight)")
+            elif name in expected:  # an FP8-resident layer's scale (shapes: fp8_resident.scale_errors)
+                plan[name] = name
             continue
         m = _EXPERT.match(name)
         if m:
@@ -243,7 +286,10 @@ def _plan(config: ModelConfig, expected: dict[str, tuple[int, ...]], shards: _Sh
             for r in rows:
                 if (e, r) not in parts:
                     errors.append(f"{prefix}.{e}.{kinds[r]}.weight: missing")
-        plan[param] = {key: name for key, name in parts.items() if name is not None}
+        owned = {key: name for key, name in parts.items() if name is not None}
+        plan[param] = owned
+        if param + "_scale_inv" in expected:  # FP8-resident experts: pack the scale rows alike
+            plan[param + "_scale_inv"] = {(e, r // block[0]): n + "_scale_inv" for (e, r), n in owned.items()}
     for param, shape in expected.items():
         if param in plan:
             continue

@@ -121,8 +121,14 @@ def write_random_checkpoint(
     fp8: bool = False,
     shards: int = 2,
     dtype: torch.dtype = torch.bfloat16,
+    fp8_block: tuple[int, int] = DEFAULT_BLOCK,
 ) -> Path:
+    """fp8_block: the [rows, cols] of each FP8 scale block (written as quantization_config.
+    weight_block_size); tiny presets need small blocks, e.g. (8, 8), for scales to vary in a matrix."""
     check_args(preset, overrides, shards)
+    if len(fp8_block) != 2 or any(int(b) < 1 for b in fp8_block):
+        raise ValueError(f"fp8_block={fp8_block!r}: expected two positive ints (rows, cols)")
+    fp8_block = (int(fp8_block[0]), int(fp8_block[1]))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     raw = preset_config(preset, overrides)
@@ -138,12 +144,12 @@ def write_random_checkpoint(
     if fp8:
         raw["quantization_config"] = {
             "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-            "weight_block_size": list(DEFAULT_BLOCK),
+            "weight_block_size": list(fp8_block),
         }  # fmt: skip
     config = ModelConfig.from_dict(raw)  # validates the overrides
     tensors = random_tensors(config, seed, dtype)
     if fp8:
-        tensors = _quantize(tensors)
+        tensors = _quantize(tensors, fp8_block)
     _write_shards(out, tensors, shards)
     (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")
     generation = {"eos_token_id": raw["eos_token_id"], "pad_token_id": raw["pad_token_id"], "temperature": 1.0, "top_p": 0.95}
@@ -188,11 +194,11 @@ def _linear(shape, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
     return (torch.randn(tuple(shape), generator=gen) / math.sqrt(shape[-1])).to(dtype)
 
 
-def _quantize(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _quantize(tensors: dict[str, torch.Tensor], block: tuple[int, int] = DEFAULT_BLOCK) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     for name, t in tensors.items():
         if _QUANTIZED.search(name):
-            out[name], out[name + "_scale_inv"] = quantize_blockwise(t, DEFAULT_BLOCK)
+            out[name], out[name + "_scale_inv"] = quantize_blockwise(t, block)
         else:
             out[name] = t
     return out

@@ -128,6 +128,22 @@ class TritonKernel:
         return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
+def triton_helper(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A device function that kernels call (``x = helper(y)`` inside a kernel body).
+
+    Compiled kernels need a JITFunction to inline; the interpreter refuses to call one, so this
+    JITFunction calls the plain function when invoked directly (which only the interpreter does)."""
+    if not HAVE_TRITON:
+        return fn
+    from triton.runtime.jit import JITFunction
+
+    class _Helper(JITFunction):
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            return self.fn(*args, **kwargs)
+
+    return _Helper(fn)
+
+
 def dot_precision(dtype: torch.dtype) -> str:
     """fp32 inputs get exact fp32 dots (tl.dot defaults to tf32, ~1e-3 relative error); bf16/fp16
     inputs use the tensor cores either way."""

@@ -57,9 +57,9 @@ class Engine:
         device = config.device if self.ranks is None else self.ranks.device
         parallel = None if self.ranks is None else self.ranks.state
         # The MTP layer (weights and its KV pages) is only loaded when it drafts.
-        self.model = load_model(checkpoint_path, dtype=_DTYPES[config.dtype], device=device,
-                                parallel=parallel,
-                                latent_norm_eps=config.latent_norm_eps, mtp=config.num_speculative_tokens > 0)
+        self.model = load_model(checkpoint_path, dtype=_DTYPES[config.dtype], device=device, parallel=parallel,
+                                latent_norm_eps=config.latent_norm_eps, mtp=config.num_speculative_tokens > 0,
+                                weight_format=config.resolved_weight_format())
         self.model_config = self.model.config
         if config.compile_decode:
             self.model.compile_decode()

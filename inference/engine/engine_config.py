@@ -39,6 +39,11 @@ class EngineConfig(BaseModel):
     # batch-1 decode step runs ~1.3-2.5x faster, at the price of a one-off compile of tens of
     # seconds per shape class (cached on disk by inductor). Prefill and MTP stay eager.
     compile_decode: bool = False
+    # How FP8 checkpoint weights live in memory (inference/layers/fp8_linear.py): "dequant" expands
+    # them to `dtype` at load; "fp8" keeps e4m3 + block scales and dequantizes per call (W8A16);
+    # "fp8_w8a8" keeps them and runs the block-scaled FP8 GEMM. "auto": dequant on CPU, fp8_w8a8
+    # on CUDA. Checkpoints without FP8 weights load the same way under every value.
+    weight_format: str = "auto"
     kv_budget_tokens: Optional[int] = Field(default=None, ge=1)
     kv_budget_bytes: Optional[int] = Field(default=None, ge=1)
     page_size: int = Field(default=64, ge=1)
@@ -67,6 +72,18 @@ class EngineConfig(BaseModel):
         if v not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be float32, bfloat16 or float16, got {v!r}")
         return v
+
+    @field_validator("weight_format")
+    @classmethod
+    def _known_weight_format(cls, v: str) -> str:
+        if v not in ("auto", "dequant", "fp8", "fp8_w8a8"):
+            raise ValueError(f"weight_format must be 'auto', 'dequant', 'fp8' or 'fp8_w8a8', got {v!r}")
+        return v
+
+    def resolved_weight_format(self) -> str:
+        if self.weight_format != "auto":
+            return self.weight_format
+        return "fp8_w8a8" if self.device.startswith("cuda") else "dequant"
 
     @field_validator("kv_cache_dtype")
     @classmethod

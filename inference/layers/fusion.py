@@ -10,9 +10,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from inference.layers.fp8_linear import Fp8Linear, Fp8Weight, fuse_fp8_linears
 
-def fuse_linears(linears: list[nn.Linear], input_major: bool = False) -> torch.Tensor:
-    """input_major: store the fused weight like `column_major` (the views stay row slices)."""
+
+def fuse_linears(linears: list[nn.Linear], input_major: bool = False) -> torch.Tensor | Fp8Weight:
+    """input_major: store the fused weight like `column_major` (the views stay row slices).
+    FP8-resident linears fuse into an `Fp8Weight` (fp8_linear.fuse_fp8_linears)."""
+    if isinstance(linears[0], Fp8Linear):
+        return fuse_fp8_linears(linears, input_major)
     first = linears[0].weight
     rows_total, cols = sum(lin.weight.shape[0] for lin in linears), first.shape[1]
     # Allocated once in its final layout and filled slice by slice: one extra copy of these
@@ -44,5 +49,9 @@ def input_major_on_cpu(*linears: nn.Linear) -> None:
     """`column_major` for these linears' weights when they live on the CPU (GPU GEMMs and the
     Triton kernels take the checkpoint's row-major layout)."""
     for lin in linears:
-        if lin.weight.device.type == "cpu":
+        if lin.weight.device.type != "cpu":
+            continue
+        if isinstance(lin, Fp8Linear):  # e4m3 bytes stay as loaded; dequantized copies come out input-major
+            lin.input_major = True
+        else:
             lin.weight = column_major(lin.weight)

@@ -23,6 +23,7 @@ from torch import nn
 from inference.config import ModelConfig
 from inference.forward_batch import AttentionMetadata
 from inference.layers import kernel_path
+from inference.layers.fp8_linear import Fp8Linear, linear
 from inference.layers.fusion import fuse_linears, input_major_on_cpu
 from inference.layers.indexer import MAX_SCORE_ELEMENTS, Indexer, TopkSelection
 from inference.layers.norm import RMSNorm
@@ -73,7 +74,8 @@ class MLAttention(nn.Module):
         if self.indexer is not None:
             self.indexer.deinterleave_rope_rows()
         linears = [self.q_a_proj, self.kv_a_proj_with_mqa]
-        if self.indexer is not None:
+        # FP8 q_a + kv_a fuse among themselves; the indexer's wk stays in the model dtype (fp8_resident.py).
+        if self.indexer is not None and not isinstance(self.q_a_proj, Fp8Linear):
             linears.append(self.indexer.wk)
             if self.indexer.weights_proj.weight.dtype == self.q_a_proj.weight.dtype:
                 linears.append(self.indexer.weights_proj)
@@ -86,7 +88,7 @@ class MLAttention(nn.Module):
         if self.in_proj is None:
             parts = [self.q_a_proj(x), self.kv_a_proj_with_mqa(x)]
         else:
-            parts = list(F.linear(x, self.in_proj).split(self.in_split, dim=-1))
+            parts = list(linear(x, self.in_proj).split(self.in_split, dim=-1))
         return parts + [None] * (4 - len(parts))
 
     def forward(

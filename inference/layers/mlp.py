@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from inference.layers.fp8_linear import linear
 from inference.layers.fusion import fuse_linears, input_major_on_cpu
 
 
@@ -28,5 +29,5 @@ class SwiGLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gate_up is None:
             return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        gate, up = F.linear(x, self.gate_up).chunk(2, dim=-1)
+        gate, up = linear(x, self.gate_up).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)

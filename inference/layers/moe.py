@@ -105,8 +105,12 @@ class RoutedExperts(nn.Module):
             ids = self.local_ids(ids)
         if kernels is not None:
             return kernel_path.routed_experts(x, self.gate_up_proj, self.down_proj, ids, weights, kernels)
+        return self.grouped(x, ids, weights, self.gate_up_proj, self.down_proj)
+
+    def grouped(self, x, ids, weights, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+        """The native path over the given expert stacks (fp8_experts.py passes dequantized ones)."""
         n, k = ids.shape
-        n_experts = self.gate_up_proj.shape[0]
+        n_experts = gate_up.shape[0]
         flat = ids.reshape(-1)
         order = flat.argsort(stable=True)
         counts = torch.bincount(flat, minlength=n_experts)
@@ -119,10 +123,10 @@ class RoutedExperts(nn.Module):
         xs = x.index_select(0, token)
         if _grouped_mm is not None and x.dtype in _GROUPED_DTYPES.get(x.device.type, ()) and n * k >= n_experts:
             ends = counts.cumsum(0).to(torch.int32)
-            gate, up = _grouped_mm(xs, self.gate_up_proj.transpose(1, 2), offs=ends).chunk(2, dim=-1)
-            ys = _grouped_mm(F.silu(gate) * up, self.down_proj.transpose(1, 2), offs=ends)
+            gate, up = _grouped_mm(xs, gate_up.transpose(1, 2), offs=ends).chunk(2, dim=-1)
+            ys = _grouped_mm(F.silu(gate) * up, down.transpose(1, 2), offs=ends)
         else:
-            ys = self._per_active_expert(xs, counts)
+            ys = self._per_active_expert(xs, counts, gate_up, down)
         ys = ys * weights.reshape(-1)[order].unsqueeze(-1).to(ys.dtype)
         return torch.zeros_like(x).index_add_(0, token, ys)
 
@@ -153,7 +157,7 @@ class RoutedExperts(nn.Module):
             y = torch.addmm(y, F.silu(gate) * up, self._down_t[e], alpha=w)
         return y
 
-    def _per_active_expert(self, xs: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    def _per_active_expert(self, xs: torch.Tensor, counts: torch.Tensor, gate_up, down) -> torch.Tensor:
         """One GEMM pair per expert that received tokens (never per token). Used when there are
         fewer assignments than experts (decode): grouped_mm's CPU implementation visits every
         expert, empty or not, which then costs more than the arithmetic."""
@@ -161,8 +165,8 @@ class RoutedExperts(nn.Module):
         start = 0
         for e, c in enumerate(counts.tolist()):
             if c:
-                gate, up = F.linear(xs[start : start + c], self.gate_up_proj[e]).chunk(2, dim=-1)
-                ys[start : start + c] = F.linear(F.silu(gate) * up, self.down_proj[e])
+                gate, up = F.linear(xs[start : start + c], gate_up[e]).chunk(2, dim=-1)
+                ys[start : start + c] = F.linear(F.silu(gate) * up, down[e])
                 start += c
         return ys
 

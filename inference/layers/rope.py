@@ -69,6 +69,23 @@ def deinterleave_rope_rows(weight: torch.Tensor, group: int, start: int, rope_di
     """In place: within every `group` rows (or entries of a vector), reorder rows start..start+rope_dim
     from (0,1,2,3,...) to (0,2,...,1,3,...), so the projection emits the rope slice as [evens | odds]."""
     perm = torch.cat([torch.arange(0, rope_dim, 2), torch.arange(1, rope_dim, 2)]).to(weight.device)
+    if weight.dtype == torch.float8_e4m3fn:  # an FP8-resident weight: move the bytes, keep the scales
+        _check_rows_within_blocks(weight, group, start, rope_dim)
+        weight = weight.view(torch.uint8)
     cols = weight.shape[-1] if weight.dim() == 2 else 1  # 1-D: a per-channel vector (LayerNorm weight/bias)
     rows = weight.data.view(-1, group, cols)[:, start : start + rope_dim]
     rows.copy_(rows[:, perm].clone())
+
+
+def _check_rows_within_blocks(weight: torch.Tensor, group: int, start: int, rope_dim: int) -> None:
+    """Rows permuted among themselves must share one scale row (fp8_linear.Fp8Linear tags the
+    block): then the e4m3 rows move and the block scales stay valid unchanged."""
+    block = getattr(weight, "fp8_block", None)
+    if block is None:
+        raise ValueError(f"deinterleave_rope_rows: an e4m3 weight {tuple(weight.shape)} without its fp8_block tag")
+    first = torch.arange(0, weight.shape[0], group) + start
+    if not torch.equal(first // block[0], (first + rope_dim - 1) // block[0]):
+        raise ValueError(
+            f"deinterleave_rope_rows: rope rows {start}..{start + rope_dim - 1} of every {group}-row group cross a "
+            f"{block[0]}-row FP8 scale block; load this model with weight_format='dequant'"
+        )

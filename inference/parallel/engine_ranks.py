@@ -29,7 +29,7 @@ def start_ranks(checkpoint: str | Path, config) -> Optional[RankGroup]:
     model_config = ModelConfig.from_pretrained(Path(checkpoint))
     validate_layout(model_config, ParallelState(parallel.world, 0, parallel.ep))
     return RankGroup.launch(str(checkpoint), config.dtype, config.device, config.latent_norm_eps,
-                            config.num_speculative_tokens > 0, parallel)
+                            config.num_speculative_tokens > 0, parallel, config.resolved_weight_format())
 
 
 def leader_runner(group: RankGroup, model, cache, page_size: int, host, heartbeat_s: float,
@@ -67,5 +67,6 @@ def torchrun_follower(checkpoint: str | Path, config, rank: int) -> int:
                     config.num_speculative_tokens > 0, parallel.world, parallel.ep,
                     resolve_backend(parallel.backend, torch.device(config.device)),
                     parallel.init_method or "env://", parallel.timeout_s,
-                    parallel.threads_per_rank or max(1, (os.cpu_count() or 1) // parallel.world))
+                    parallel.threads_per_rank or max(1, (os.cpu_count() or 1) // parallel.world),
+                    config.resolved_weight_format())
     return run_torchrun_follower(spec, rank)

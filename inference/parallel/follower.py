@@ -37,7 +37,8 @@ def follower_main(rank: int, spec: RankSpec) -> None:
     comm = TorchComm.init(rank, spec.world, spec.init_method, spec.backend, spec.timeout_s)
     state = ParallelState(spec.world, rank, spec.ep, comm)
     model = load_model(spec.checkpoint, dtype=_DTYPES[spec.dtype], device=device,
-                       latent_norm_eps=spec.latent_norm_eps, mtp=spec.mtp, parallel=state)
+                       latent_norm_eps=spec.latent_norm_eps, mtp=spec.mtp, parallel=state,
+                       weight_format=spec.weight_format)
     print(f"horizon: {model.load_stats.describe()}", file=sys.stderr, flush=True)
     hello = comm.handshake_object()
     if not isinstance(hello, Handshake):  # the leader failed before it could size the caches

@@ -47,6 +47,7 @@ class RankSpec:
     init_method: str
     timeout_s: float
     threads: Optional[int]
+    weight_format: str = "dequant"
 
     def device_of(self, rank: int) -> str:
         return f"cuda:{rank}" if self.device.startswith("cuda") else self.device
@@ -73,7 +74,7 @@ class RankGroup:
 
     @classmethod
     def launch(cls, checkpoint: str, dtype: str, device: str, latent_norm_eps, mtp: bool,
-               parallel: ParallelConfig) -> "RankGroup":
+               parallel: ParallelConfig, weight_format: str = "dequant") -> "RankGroup":
         backend = resolve_backend(parallel.backend, torch.device(device))
         run = torchrun_rank()
         if run is not None and run[1] != parallel.world:
@@ -81,7 +82,7 @@ class RankGroup:
         init = parallel.init_method or ("env://" if run else f"tcp://127.0.0.1:{_free_port()}")
         threads = parallel.threads_per_rank or max(1, (os.cpu_count() or 1) // parallel.world)
         spec = RankSpec(str(checkpoint), dtype, device, latent_norm_eps, mtp, parallel.world, parallel.ep,
-                        backend, init, parallel.timeout_s, threads)
+                        backend, init, parallel.timeout_s, threads, weight_format)
         processes = []
         if run is None:
             from inference.parallel.follower import follower_main

@@ -65,7 +65,8 @@ def serve(state: ServerState, host: str = "127.0.0.1", port: int = 8000, log_lev
             "; decode compiled" if compiler.failure is None else f"; decode eager, compiling failed: {compiler.failure}")
         print(f"horizon serve: {state.model_name} ({state.defaults.variant} template) on http://{host}:"
               f"{sock.getsockname()[1]}/v1 (KV cache {engine.config.kv_cache_dtype}: "
-              f"{engine.cache_bytes_per_token:,} B/token{decode})", flush=True)
+              f"{engine.cache_bytes_per_token:,} B/token; weights {engine.config.resolved_weight_format()}{decode})",
+              flush=True)
         if engine.ranks is not None:
             print(f"horizon serve: {engine.model.load_stats.describe()}", flush=True)
         server = uvicorn.Server(config)

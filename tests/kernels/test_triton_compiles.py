@@ -13,6 +13,9 @@ import torch
 idx_mod = import_module("kernels.indexer_topk")
 mla_mod = import_module("kernels.sparse_mla")
 moe_mod = import_module("kernels.fused_moe")
+fp8_mod = import_module("kernels.fp8_gemm")
+moe_fp8_mod = import_module("kernels.fused_moe_fp8")
+_MOE_FP8_META = moe_fp8_mod.fused_moe_fp8_meta((128, 128))
 
 H100_H200_MAX_SHARED_BYTES = 227 * 1024
 
@@ -49,6 +52,36 @@ KERNELS = {
         {"act_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*fp32", "weights_ptr": "*fp32",
          "sorted_pairs_ptr": "*i32", "block_expert_ptr": "*i32"},
         moe_mod.fused_moe_meta(torch.bfloat16),
+    ),
+    "fp8_act_quant_bf16": (
+        fp8_mod._ACT_QUANT_KERNEL,
+        {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "amax_floor": "fp32"},
+        fp8_mod.act_quant_meta(128),
+    ),
+    **{
+        f"fp8_block_gemm_m{m}": (
+            fp8_mod._GEMM_KERNEL,
+            {"a_ptr": "*fp8e4nv", "as_ptr": "*fp32", "b_ptr": "*fp8e4nv", "bs_ptr": "*fp32", "c_ptr": "*bf16"},
+            fp8_mod.gemm_meta(m, (128, 128)),
+        )
+        for m in (1, 4096)
+    },
+    "fp8_weight_dequant_bf16": (
+        fp8_mod._DEQUANT_KERNEL,
+        {"w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "y_ptr": "*bf16"},
+        dict(BLOCK_N=128, BLOCK_K=128, num_warps=4),
+    ),
+    "moe_fp8_gate_up": (
+        moe_fp8_mod._GATE_UP_KERNEL,
+        {"x_ptr": "*fp8e4nv", "xs_ptr": "*fp32", "w_ptr": "*fp8e4nv", "ws_ptr": "*fp32", "act_ptr": "*fp8e4nv",
+         "act_s_ptr": "*fp32", "sorted_pairs_ptr": "*i32", "block_expert_ptr": "*i32", "amax_floor": "fp32"},
+        _MOE_FP8_META[0],
+    ),
+    "moe_fp8_down": (
+        moe_fp8_mod._DOWN_KERNEL,
+        {"act_ptr": "*fp8e4nv", "act_s_ptr": "*fp32", "w_ptr": "*fp8e4nv", "ws_ptr": "*fp32", "out_ptr": "*fp32",
+         "weights_ptr": "*fp32", "sorted_pairs_ptr": "*i32", "block_expert_ptr": "*i32"},
+        _MOE_FP8_META[1],
     ),
 }  # fmt: skip
 
