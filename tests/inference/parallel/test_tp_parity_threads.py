@@ -73,3 +73,31 @@ def test_fp32_relative_error_is_small(tp_checkpoint):
     want = ref(ids)
     got = on_ranks(load_ranks(tp_checkpoint, 2, 2, dtype=torch.float32), lambda m, r: m(ids))[0]
     assert ((got - want).abs().max() / want.abs().max()).item() < 1e-5
+
+
+@pytest.fixture(scope="module")
+def fp8_small_blocks(tmp_path_factory):
+    """FP8 with 8x8 blocks: the tiny preset's TP=2 shards fall on block boundaries, so each rank
+    keeps its e4m3 slice and the matching scale blocks resident."""
+    from inference.random_checkpoint import write_random_checkpoint
+
+    return write_random_checkpoint(tmp_path_factory.mktemp("ckpt-fp8-8x8"), preset="tiny", seed=5, fp8=True,
+                                   fp8_block=(8, 8))
+
+
+@pytest.mark.parametrize("tp,ep", [(2, 2), (2, 1)])
+def test_fp8_resident_shards_match_dequant_at_load(fp8_small_blocks, tp, ep):
+    ref = load_model(fp8_small_blocks, dtype=torch.float64)
+    want = run_scenario(ref)
+    models = load_ranks(fp8_small_blocks, tp, ep, weight_format="fp8")
+    layer = models[0].model.layers[1]
+    assert layer.self_attn.q_b_proj.weight.dtype == torch.float8_e4m3fn  # resident, not expanded
+    assert layer.mlp.experts.gate_up_proj.dtype == torch.float8_e4m3fn
+    _compare(want, on_ranks(models, lambda m, r: run_scenario(m)))
+
+
+def test_fp8_resident_refuses_shards_that_cut_scale_blocks(tp_checkpoint_fp8):
+    from inference.loader import CheckpointError
+
+    with pytest.raises(CheckpointError, match="cut its 128x128 FP8 scale blocks"):
+        load_ranks(tp_checkpoint_fp8, 2, 2, weight_format="fp8")
