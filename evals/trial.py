@@ -114,6 +114,10 @@ class Trial:
             # The builds themselves stop at the phase deadline (sandbox.images stops them on the
             # engine), so no build outlives its trial.
             left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
+            if self.task.verifier.kind == "swebench":  # swebench's own image chain (evals/swebench/images.py)
+                from evals.swebench.images import ensure_task_image
+
+                return ensure_task_image(self.task, self.engine.client, timeout=left())
             tag, notes = self.engine.builder.ensure(self.task.environment, self.task.id, timeout=left())
             for spec in aux_images(self.task):
                 notes += self.engine.builder.ensure(spec, f"{self.task.id}-verifier", timeout=left())[1]
