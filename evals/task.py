@@ -105,6 +105,7 @@ class SwebenchVerifier(_Model):
     instance: dict  # the SWE-bench record (instance_id, repo, version, base_commit, test_patch, F2P, P2P...)
     source: str  # where the repository comes from: a URL, a local clone or a git bundle
     config: SwebenchConfig = Field(default_factory=SwebenchConfig)
+    network: bool = True  # the grading containers' network (config.grading_network)
 
 
 class PocVerifier(_Model):

@@ -36,9 +36,10 @@ class PhaseTimeout(RuntimeError):
 
 
 class InfraError(RuntimeError):
-    def __init__(self, error_class: str, message: str):
+    def __init__(self, error_class: str, message: str, details: dict | None = None):
         super().__init__(message)
         self.error_class = error_class
+        self.details = details or {}  # what grading found before it gave up (e.g. SWE-bench's report)
 
 
 def run_with_timeout(fn, seconds: float, phase: str):
@@ -246,7 +247,8 @@ class Trial:
                 outcome = self._run_agent(sb, workdir)
                 grade = self._grade(sb, tag)
         except InfraError as exc:
-            return self._result(started_at, "error", outcome, error_class=exc.error_class, error=str(exc))
+            return self._result(started_at, "error", outcome, error_class=exc.error_class, error=str(exc),
+                                details=exc.details)
         except (SandboxError, TerminalError) as exc:
             return self._result(started_at, "error", outcome, error_class="sandbox_error", error=f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # a harness bug or an engine API error: kept apart from agent failures

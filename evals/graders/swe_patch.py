@@ -15,9 +15,11 @@ EXCLUDES = "':(exclude)**/__pycache__/**' ':(exclude)*.pyc' ':(exclude).pytest_c
 _DIFF_PATHS = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
 
 
-def extract_model_patch(sb, repo_dir: str, base_commit: str) -> str:
+def extract_model_patch(sb, repo_dir: str, base_commit: str, exclude: list[str] | tuple = ()) -> str:
+    """`exclude`: paths left out besides build artefacts (files already untracked in the image)."""
+    extra = " ".join(shlex.quote(f":(exclude,literal){p}") for p in exclude)
     script = (
-        f"cd {shlex.quote(repo_dir)} && git add -A -- . {EXCLUDES} >/dev/null 2>&1; "
+        f"cd {shlex.quote(repo_dir)} && git add -A -- . {EXCLUDES} {extra} >/dev/null 2>&1; "
         f"git diff --cached --binary {base_commit} > /tmp/model.patch"
     )
     result = sb.exec_once(["bash", "-c", script], timeout=120)

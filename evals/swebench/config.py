@@ -5,6 +5,7 @@
     namespace = "swebench"        # where published images live (swebench/sweb.eval.x86_64.<id>)
     offline_substitute = false    # build on horizon/base:bookworm with a conda stand-in (not comparable)
     check_environment = true      # an unresolved instance is the agent's only if the gold patch resolves
+    grading_network = true        # eval.sh runs with network, as run_evaluation runs it
 """
 
 from __future__ import annotations
@@ -28,4 +29,8 @@ class SwebenchConfig(BaseModel):
     offline_substitute: bool = False
     substitute_base: str = BASE_IMAGE
     check_environment: bool = True
+    # run_evaluation runs eval.sh with the engine's network (install steps in eval scripts fetch build
+    # dependencies); the agent's container is offline either way. Off: grading offline, where such an
+    # install fails and the gold check reports an environment_error.
+    grading_network: bool = True
     build_timeout_sec: float = Field(3600.0, gt=0)

@@ -43,11 +43,14 @@ class EvalRun:
     timed_out: bool
 
 
-def _image_head(sb) -> str:
+def _image_state(sb) -> tuple[str, list[str]]:
+    """HEAD of the image's repository (swebench's setup commit) and the files untracked in it (build
+    artefacts such as *.egg-info), which are not part of anyone's patch."""
     head = sb.exec_once(["bash", "-c", f"cd {REPO_DIR} && git rev-parse HEAD"], timeout=60)
     if head.exit_code != 0:
         raise VerifierCrashed(f"the instance image has no git repository at {REPO_DIR}: {head.output[-500:]}")
-    return head.output.strip().splitlines()[-1]
+    untracked = sb.exec_once(["bash", "-c", f"cd {REPO_DIR} && git ls-files --others --exclude-standard"], timeout=60)
+    return head.output.strip().splitlines()[-1], [p for p in untracked.output.splitlines() if p.strip()]
 
 
 def run_eval_script(sb, spec: TestSpec, patch: str, timeout: float) -> EvalRun:
@@ -118,7 +121,8 @@ def grade(ctx: GradeContext) -> Grade:
                      reason="the prediction's model_patch is null")
     with ctx.open_sandbox(ctx.env_image, workdir=REPO_DIR) as sb:
         if prediction is None:
-            patch = extract_model_patch(ctx.sandbox, REPO_DIR, _image_head(sb))
+            head, untracked = _image_state(sb)
+            patch = extract_model_patch(ctx.sandbox, REPO_DIR, head, exclude=untracked)
             prediction = {"instance_id": iid, "model_name_or_path": ctx.task.metadata.get("agent") or "horizon",
                           "model_patch": patch}
         patch = prediction["model_patch"]
@@ -152,13 +156,14 @@ def grade(ctx: GradeContext) -> Grade:
     gold = v.instance.get("patch") or ""
     if v.config.check_environment and gold:
         image_id = ctx.builder.client.images.get(ctx.env_image).id if ctx.builder is not None else ctx.env_image
-        ok, why = (False, "the model patch is the gold patch") if patch.strip() == gold.strip() else \
+        ok, why = (False, "the model patch is the gold patch; " + (
+            "swebench found no test results in its log" if not status else "its tests fail")) if patch.strip() == gold.strip() else \
             _gold_resolves(ctx, spec, gold, image_id)
         if not ok:
             from evals.trial import InfraError  # the trial module is loaded: it is what called us
 
             raise InfraError("environment_error", f"{iid} is not resolved in {ctx.env_image} even by its gold patch ({why}): "
-                                     "an environment failure, not the agent's")
+                                     "an environment failure, not the agent's", details=details)
     if run.timed_out:
         reason = "tests timed out"
     elif not status:

@@ -135,7 +135,10 @@ def ensure_instance_image(client, spec: TestSpec, source: RepoSource, config: Sw
     chain = _Chain(client, spec, source, config, deadline)
     if _present(client, spec.instance_image_key):
         return spec.instance_image_key, notes
-    chain.base()
+    try:
+        chain.base()
+    except ImageUnavailable as exc:
+        raise ImageUnavailable("; ".join(notes + [str(exc)])) from exc  # the pull's failure too
     chain.env()
     chain.instance()
     return spec.instance_image_key, notes

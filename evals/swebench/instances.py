@@ -124,7 +124,8 @@ def instance_to_task(inst: SweInstance, source_file: Path, config: SwebenchConfi
         env={"PATH": PATH},
         timeouts=Timeouts(build_sec=config.build_timeout_sec, agent_sec=inst.agent_timeout_sec,
                           verifier_sec=inst.verifier_timeout_sec),
-        verifier=SwebenchVerifier(instance=instance, source=repo_location(inst, source_file.parent), config=config),
+        verifier=SwebenchVerifier(instance=instance, source=repo_location(inst, source_file.parent), config=config,
+                                  network=config.grading_network),
         solution=PatchSolution(patch=inst.patch, repo_dir=REPO_DIR) if inst.patch else None,
         metadata={"repo": inst.repo, "version": inst.version},
     )
