@@ -29,7 +29,7 @@ from evals.graders.swe_patch import extract_model_patch
 from evals.swebench.offline_base import NOT_COMPARABLE
 from evals.swebench.report import write_instance_logs
 from evals.swebench.repo_source import RepoSource
-from evals.swebench.specs import test_spec_for
+from evals.swebench.specs import spec_for_instance
 
 REPO_DIR = "/testbed"
 OUTPUT_LIMIT = 64 * 1024 * 1024
@@ -110,7 +110,7 @@ def _gold_resolves(ctx: GradeContext, spec: TestSpec, gold: str, image_id: str) 
 
 def grade(ctx: GradeContext) -> Grade:
     v = ctx.task.verifier
-    spec = test_spec_for(dict(v.instance), RepoSource(v.source), substitute=v.config.offline_substitute)
+    spec = spec_for_instance(dict(v.instance), RepoSource(v.source), substitute=v.config.offline_substitute)
     iid = spec.instance_id
     given = ctx.trial_dir / PREDICTION_FILE  # --agent predictions: grade that patch as given
     prediction = json.loads(given.read_text(encoding="utf-8")) if given.exists() else None
@@ -151,14 +151,16 @@ def grade(ctx: GradeContext) -> Grade:
         p2p=f"{len(p2p.get('success', []))}/{len(spec.PASS_TO_PASS)}",
         f2p_failed=f2p.get("failure", []), p2p_failed=p2p.get("failure", []), tests_timed_out=run.timed_out,
     )
+    gold = v.instance.get("patch") or ""
+    image_id = ctx.builder.client.images.get(ctx.env_image).id if ctx.builder is not None else ctx.env_image
+    if gold and patch.strip() == gold.strip():  # this run was the gold check: remember its verdict
+        with _gold_lock:
+            _gold_cache[(image_id, iid)] = (result["resolved"], "the model patch is the gold patch; " + (
+                "swebench found no test results in its log" if not status else "its tests fail"))
     if result["resolved"]:
         return Grade(True, 1.0, details)
-    gold = v.instance.get("patch") or ""
     if v.config.check_environment and gold:
-        image_id = ctx.builder.client.images.get(ctx.env_image).id if ctx.builder is not None else ctx.env_image
-        ok, why = (False, "the model patch is the gold patch; " + (
-            "swebench found no test results in its log" if not status else "its tests fail")) if patch.strip() == gold.strip() else \
-            _gold_resolves(ctx, spec, gold, image_id)
+        ok, why = _gold_resolves(ctx, spec, gold, image_id)
         if not ok:
             from evals.trial import InfraError  # the trial module is loaded: it is what called us
 

@@ -11,6 +11,7 @@ every tag is `horizon-offline`, never the published `latest`.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import tempfile
 import threading
@@ -48,6 +49,18 @@ def _present(client, name: str) -> bool:
         return False
 
 
+def _recipe(client, name: str) -> str | None:
+    """The recipe label of a present image; "published" for one not built here (pulled, or built by
+    swebench's own harness), None when absent."""
+    import docker
+
+    try:
+        labels = client.images.get(name).attrs.get("Config", {}).get("Labels") or {}
+    except docker.errors.ImageNotFound:
+        return None
+    return labels.get(f"{LABEL}.recipe", "published")
+
+
 def pull(client, name: str) -> None:
     repository, _, tag = name.rpartition(":")
     client.images.pull(repository, tag=tag or "latest")
@@ -60,8 +73,10 @@ class _Chain:
         self.client, self.spec, self.source, self.config, self.deadline = client, spec, source, config, deadline
 
     def _build(self, tag: str, dockerfile: str, files: dict[str, str], stage_source: bool = False) -> None:
+        # Tags name instances, not contents: the recipe label says whether a present image is this one.
+        recipe = hashlib.sha256("\0".join([dockerfile, *(f"{k}\0{v}" for k, v in sorted(files.items()))]).encode()).hexdigest()[:24]
         with _lock(tag):
-            if _present(self.client, tag):
+            if _recipe(self.client, tag) in (recipe, "published"):
                 return
             with tempfile.TemporaryDirectory(prefix="horizon-sweb-") as tmp:
                 ctx = Path(tmp)
@@ -74,7 +89,8 @@ class _Chain:
                 log.info("building %s", tag)
                 substituted = self.config.substitute_base if self.config.offline_substitute else ""
                 build_image(ctx, tag, docker_client=self.client, timeout=max(1.0, self.deadline - time.monotonic()),
-                            labels={LABEL: self.spec.instance_id, f"{LABEL}.substitute": substituted})
+                            labels={LABEL: self.spec.instance_id, f"{LABEL}.substitute": substituted,
+                                    f"{LABEL}.recipe": recipe})
 
     def base(self) -> None:
         spec = self.spec
@@ -133,8 +149,6 @@ def ensure_instance_image(client, spec: TestSpec, source: RepoSource, config: Sw
                     raise ImageUnavailable(f"pull always: cannot pull {published}: {reason}") from exc
                 notes.append(f"could not pull {published} ({reason}); built it from swebench's image specs")
     chain = _Chain(client, spec, source, config, deadline)
-    if _present(client, spec.instance_image_key):
-        return spec.instance_image_key, notes
     try:
         chain.base()
     except ImageUnavailable as exc:
@@ -146,9 +160,9 @@ def ensure_instance_image(client, spec: TestSpec, source: RepoSource, config: Sw
 
 def ensure_task_image(task, client, timeout: float) -> tuple[str, list[str]]:
     """The image of a SWE-bench task (its verifier holds the instance, source and config)."""
-    from evals.swebench.specs import test_spec_for
+    from evals.swebench.specs import spec_for_instance
 
     v = task.verifier
     source = RepoSource(v.source)
-    spec = test_spec_for(dict(v.instance), source, substitute=v.config.offline_substitute)
+    spec = spec_for_instance(dict(v.instance), source, substitute=v.config.offline_substitute)
     return ensure_instance_image(client, spec, source, v.config, timeout)

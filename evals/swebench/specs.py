@@ -113,7 +113,7 @@ def _point_clone_at(spec: TestSpec, repo: str, source: RepoSource) -> None:
     raise SpecError("repo", f"swebench's setup script for {repo} clones no github URL to redirect: {spec.repo_script_list[:2]}")
 
 
-def test_spec_for(instance: dict, source: RepoSource, substitute: bool = False) -> TestSpec:
+def spec_for_instance(instance: dict, source: RepoSource, substitute: bool = False) -> TestSpec:
     """swebench's TestSpec for `instance`, cloning from `source`; builds on the substituted base get
     their own image tag so they can never be mistaken for the published images."""
     tag = SUBSTITUTE_TAG if substitute else "latest"
