@@ -98,10 +98,10 @@ def repo_location(inst: SweInstance, base: Path) -> str:
         return inst.repo_url
     slug = inst.repo.replace("/", "__")
     named = [base / p for p in (inst.repo_bundle, inst.repo_path) if p]
-    for path in named + [base / "repos" / f"{slug}.bundle", base / "repos" / slug]:
+    for path in named or [base / "repos" / f"{slug}.bundle", base / "repos" / slug]:
         if path.exists():
             return str(path.resolve())
-    if named:
+    if named:  # a source the record names must exist: no silent fallback to another copy
         raise TaskFileError("instances", "repo_bundle" if inst.repo_bundle else "repo_path",
                             f"no repository at {[str(p) for p in named]}")
     return f"https://github.com/{inst.repo}"
