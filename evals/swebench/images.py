@@ -61,6 +61,12 @@ def _recipe(client, name: str) -> str | None:
     return labels.get(f"{LABEL}.recipe", "published")
 
 
+def _pull_error(exc: Exception) -> str:
+    """The engine's own words for a failed pull (its APIError wraps them in the request's URL)."""
+    text = getattr(exc, "explanation", None) or str(exc).strip() or type(exc).__name__
+    return str(text).splitlines()[0][:300]
+
+
 def pull(client, name: str) -> None:
     repository, _, tag = name.rpartition(":")
     client.images.pull(repository, tag=tag or "latest")
@@ -144,10 +150,10 @@ def ensure_instance_image(client, spec: TestSpec, source: RepoSource, config: Sw
                 pull(client, published)
                 return published, notes + [f"pulled {published}"]
             except Exception as exc:
-                reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+                reason = _pull_error(exc)
                 if config.pull == "always":
                     raise ImageUnavailable(f"pull always: cannot pull {published}: {reason}") from exc
-                notes.append(f"could not pull {published} ({reason}); built it from swebench's image specs")
+                notes.append(f"could not pull {published} ({reason}); building it from swebench's image specs")
     chain = _Chain(client, spec, source, config, deadline)
     try:
         chain.base()

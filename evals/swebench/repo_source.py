@@ -14,7 +14,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-_URL_PREFIXES = ("https://", "http://", "git://", "ssh://", "git@", "file://")
+_URL_PREFIXES = ("https://", "http://", "git://", "ssh://", "git@")  # cloned inside the build
 
 
 class RepoSourceError(RuntimeError):
@@ -28,7 +28,8 @@ def _git(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 class RepoSource:
     def __init__(self, location: str | Path):
-        self.location = str(location)
+        # file:// names a path on this machine, which a build container cannot see: handled as local.
+        self.location = str(location).removeprefix("file://")
         self.is_remote = self.location.startswith(_URL_PREFIXES)
         self._bare: Path | None = None
         self._lock = threading.Lock()
