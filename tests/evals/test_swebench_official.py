@@ -159,3 +159,41 @@ def test_pulls_are_tried_and_a_missing_registry_is_a_clear_error(eval_docker, in
     assert (r.status, r.error_class) == ("error", "image_unavailable")
     assert "could not pull swebench/sweb.eval.x86_64.django_1776_django-1:latest" in r.error
     assert "ubuntu:22.04" in r.error and "offline_substitute" in r.error
+
+
+def _docker0_address() -> str:
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", b"docker0"))  # SIOCGIFADDR
+    return socket.inet_ntoa(packed[20:24])
+
+
+def test_a_repository_fetched_from_a_url_by_the_build(eval_docker, instances, tmp_path):
+    """The build clones `repo_url` itself (network during the build only): here a dumb-HTTP git
+    server on the engine's bridge stands in for GitHub."""
+    import functools
+    import http.server
+    import subprocess
+    import threading
+
+    served = tmp_path / "srv"
+    served.mkdir()
+    subprocess.run(["git", "clone", "-q", "--bare", str(instances.parent / "requests-src"), str(served / "requests.git")], check=True)
+    subprocess.run(["git", "-C", str(served / "requests.git"), "update-server-info"], check=True)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        [record] = [json.loads(l) for l in instances.read_text().splitlines() if '"psf__requests-2"' in l]
+        del record["repo_bundle"]
+        record.update(instance_id="psf__requests-url-2", repo_url=f"http://{_docker0_address()}:{server.server_port}/requests.git")
+        path = tmp_path / "url.jsonl"
+        path.write_text(json.dumps(record) + "\n")
+        [r] = _run(path, tmp_path / "out", "oracle").values()
+    finally:
+        server.shutdown()
+    assert r.status == "resolved", (r.error_class, r.error)
+    assert r.details["image"] == "sweb.eval.x86_64.psf__requests-url-2:horizon-offline"
