@@ -203,10 +203,14 @@ def finish(out: Path, agent: str) -> Summary:
 
 
 def swebench_config(config: EvalConfig):
-    """[swebench], with a run-wide offline substitution (an `offline_substitute` setting) applied."""
-    if getattr(config, "offline_substitute", False) and not config.swebench.offline_substitute:
-        return config.swebench.model_copy(update={"offline_substitute": True})
-    return config.swebench
+    """[swebench], with run-wide image settings applied where the config has them (a top-level
+    `offline_substitute`, `pull`), so one switch governs every format."""
+    update = {}
+    if getattr(config, "offline_substitute", False):
+        update["offline_substitute"] = True
+    if getattr(config, "pull", None) in ("always", "missing", "never"):
+        update["pull"] = config.pull
+    return config.swebench.model_copy(update=update) if update else config.swebench
 
 
 __all__ = ["RunOptions", "ResultsExist", "run_eval", "finish", "render_table", "make_agent"]

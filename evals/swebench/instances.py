@@ -113,6 +113,8 @@ def instance_to_task(inst: SweInstance, source_file: Path, config: SwebenchConfi
     check_known(inst.repo, inst.version if inst.specs is None else (inst.version or ""))
     record = inst.model_dump()
     instance = {k: record[k] for k in SWEBENCH_FIELDS if record.get(k) is not None}
+    if "created_at" in instance:
+        instance["created_at"] = str(instance["created_at"])  # parquet holds a timestamp
     instance["version"] = inst.version or ""
     return Task(
         id=inst.instance_id,
