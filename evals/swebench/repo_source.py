@@ -72,6 +72,3 @@ class RepoSource:
     def read_file(self, commit: str, path: str) -> str | None:
         shown = _git("-C", str(self._readable()), "show", f"{commit}:{path}", timeout=60)
         return shown.stdout if shown.returncode == 0 else None
-
-    def has_commit(self, commit: str) -> bool:
-        return _git("-C", str(self._readable()), "cat-file", "-e", f"{commit}^{{commit}}", timeout=60).returncode == 0

@@ -139,3 +139,18 @@ def test_predictions_files(tmp_path):
     path.write_text(json.dumps({"model_patch": "x"}) + "\n")
     with pytest.raises(ValueError, match="instance_id and model_patch"):
         load_predictions(path)
+
+
+def test_a_local_clone_travels_as_a_bundle_of_all_its_refs(suite, tmp_path):
+    import subprocess
+
+    [record] = [r for r in _records(suite) if r["instance_id"] == "django__django-1"]
+    source = RepoSource(suite.parent / "django-src")
+    assert not source.is_remote and not source.is_bundle
+    source.stage(tmp_path / "repo-source")
+    subprocess.run(["git", "clone", "-q", "--single-branch", str(tmp_path / "repo-source"), str(tmp_path / "c")], check=True)
+    shown = subprocess.run(["git", "-C", str(tmp_path / "c"), "cat-file", "-t", record["base_commit"]],
+                           capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == "commit"
+    assert "runtests" in source.read_file(record["base_commit"], "tests/runtests.py")
+    assert RepoSource(f"file://{suite.parent / 'django__django.bundle'}").is_bundle
