@@ -152,5 +152,5 @@ def test_a_local_clone_travels_as_a_bundle_of_all_its_refs(suite, tmp_path):
     shown = subprocess.run(["git", "-C", str(tmp_path / "c"), "cat-file", "-t", record["base_commit"]],
                            capture_output=True, text=True, check=True)
     assert shown.stdout.strip() == "commit"
-    assert "runtests" in source.read_file(record["base_commit"], "tests/runtests.py")
+    assert "Django's test runner" in source.read_file(record["base_commit"], "tests/runtests.py")
     assert RepoSource(f"file://{suite.parent / 'django__django.bundle'}").is_bundle
