@@ -117,19 +117,19 @@ def grade(ctx: GradeContext) -> Grade:
     if prediction is not None and prediction["model_patch"] is None:
         report = {iid: {"patch_is_None": True, "patch_exists": False, "patch_successfully_applied": False,
                         "resolved": False}}
-        return Grade(False, 0.0, {"swebench_report": report[iid], "model_name_or_path": prediction["model_name_or_path"]},
+        return Grade(False, 0.0, {"swebench_report": report[iid], "model_patch": None,
+                                         "model_name_or_path": prediction["model_name_or_path"]},
                      reason="the prediction's model_patch is null")
     with ctx.open_sandbox(ctx.env_image, workdir=REPO_DIR) as sb:
         if prediction is None:
             head, untracked = _image_state(sb)
             patch = extract_model_patch(ctx.sandbox, REPO_DIR, head, exclude=untracked)
-            prediction = {"instance_id": iid, "model_name_or_path": ctx.task.metadata.get("agent") or "horizon",
-                          "model_patch": patch}
+            prediction = {"instance_id": iid, "model_name_or_path": None, "model_patch": patch}  # the run's agent
         patch = prediction["model_patch"]
         run = run_eval_script(sb, spec, patch, ctx.timeout)
     details: dict = {"model_patch": patch, "model_patch_bytes": len(patch.encode()), "image": ctx.env_image,
                      "comparable": not v.config.offline_substitute}
-    if prediction["model_name_or_path"] != "horizon":
+    if prediction["model_name_or_path"]:  # a predictions file's model; else the runner names the agent
         details["model_name_or_path"] = prediction["model_name_or_path"]
     if v.config.offline_substitute:
         details["not_comparable"] = NOT_COMPARABLE.format(base=v.config.substitute_base)
