@@ -32,7 +32,7 @@ def register(subparsers) -> None:
         description="Run an agent over a task suite, or `horizon eval validate PATH` to check that the "
         "oracle solves every task and nop none. Formats are detected per task.",
     )
-    p.add_argument("path", nargs="+", metavar="PATH", help="task folder, suite folder or SWE-bench JSON/JSONL")
+    p.add_argument("path", nargs="+", metavar="PATH", help="task folder, suite folder or SWE-bench JSON/JSONL/parquet")
     p.add_argument("--agent", choices=["horizon", "oracle", "nop", "predictions"], default="oracle")
     p.add_argument("--predictions", type=Path, metavar="FILE",
                    help="SWE-bench predictions.jsonl to grade (implies --agent predictions)")
