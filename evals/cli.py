@@ -32,8 +32,10 @@ def register(subparsers) -> None:
         description="Run an agent over a task suite, or `horizon eval validate PATH` to check that the "
         "oracle solves every task and nop none. Formats are detected per task.",
     )
-    p.add_argument("path", nargs="+", metavar="PATH", help="task folder, suite folder or SWE-bench JSON/JSONL")
-    p.add_argument("--agent", choices=["horizon", "oracle", "nop"], default="oracle")
+    p.add_argument("path", nargs="+", metavar="PATH", help="task folder, suite folder or SWE-bench JSON/JSONL/parquet")
+    p.add_argument("--agent", choices=["horizon", "oracle", "nop", "predictions"], default="oracle")
+    p.add_argument("--predictions", type=Path, metavar="FILE",
+                   help="SWE-bench predictions.jsonl to grade (implies --agent predictions)")
     p.add_argument("--model", help="model backend spec for --agent horizon (replay:FILE, openai:URL, embedded:PATH)")
     p.add_argument("-j", "--jobs", type=_positive_int, default=1, help="trials run in parallel (default 1)")
     p.add_argument("--out", type=Path, help="output folder (default eval-out/<agent>-<time>)")
@@ -78,7 +80,8 @@ def main(args: argparse.Namespace) -> int:
         print(report.render())
         print(f"results: {out}")
         return 0 if report.valid else 1
-    options = RunOptions(agent=args.agent, model=args.model, jobs=args.jobs, out_dir=args.out or Path("eval-out") / f"{args.agent}-{stamp}",
+    agent = "predictions" if args.predictions else args.agent
+    options = RunOptions(agent=agent, predictions=args.predictions, model=args.model, jobs=args.jobs, out_dir=args.out or Path("eval-out") / f"{agent}-{stamp}",
                          attempts=args.attempts, timeout_multiplier=args.timeout_multiplier, filters=args.filter,
                          resume=args.resume, progress=not args.quiet)
     try:

@@ -8,6 +8,8 @@
     docker_host = "unix:///var/run/docker.sock"
     [agent]                        # AgentConfig overrides for the horizon agent
     max_steps = 100
+    [swebench]                     # SWE-bench images and rules (evals/swebench/config.py)
+    pull = "missing"
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from evals.swebench.config import SwebenchConfig
 from sandbox import BASE_IMAGE
 
 
@@ -33,6 +36,7 @@ class EvalConfig(BaseModel):
     max_infra_retries: int = Field(2, ge=0, le=10)
     base_image: str = BASE_IMAGE
     agent: dict = Field(default_factory=dict)
+    swebench: SwebenchConfig = Field(default_factory=SwebenchConfig)  # [swebench]: pulls, offline substitute
 
 
 class ConfigError(ValueError):

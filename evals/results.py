@@ -17,7 +17,8 @@ from pydantic import BaseModel, Field
 Status = Literal["resolved", "failed", "error"]
 
 # Error classes. Infrastructure classes are retried and never count as the agent's failure.
-INFRA_ERRORS = {"build_failed", "build_timeout", "image_unavailable", "sandbox_error", "verifier_crashed", "task_invalid", "internal_error"}
+INFRA_ERRORS = {"build_failed", "build_timeout", "image_unavailable", "sandbox_error", "verifier_crashed", "task_invalid", "internal_error",
+               "environment_error"}  # environment_error: SWE-bench's gold patch fails in the image too
 RETRYABLE = {"build_failed", "sandbox_error", "verifier_crashed"}
 
 

@@ -45,6 +45,7 @@ class RunOptions(BaseModel):
     filters: list[str] = Field(default_factory=list)
     resume: bool = False
     progress: bool = True
+    predictions: Path | None = None  # --agent predictions: SWE-bench predictions to grade
 
 
 class ResultsExist(RuntimeError):
@@ -66,7 +67,13 @@ def make_agent(options: RunOptions, config: EvalConfig) -> EvalAgent:
         if not options.model:
             raise ValueError("--agent horizon needs --model SPEC (e.g. replay:FILE, openai:URL, embedded:PATH)")
         return HorizonAgent(options.model, config.agent)
-    raise ValueError(f"unknown agent {options.agent!r}: expected horizon, oracle or nop")
+    if options.agent == "predictions":
+        from evals.agents.predictions import PredictionsAgent
+
+        if options.predictions is None:
+            raise ValueError("--agent predictions needs --predictions FILE (SWE-bench predictions.jsonl)")
+        return PredictionsAgent(options.predictions)
+    raise ValueError(f"unknown agent {options.agent!r}: expected horizon, oracle, nop or predictions")
 
 
 def make_engines(config: EvalConfig) -> list[Engine]:
@@ -127,7 +134,7 @@ def _run_eval(path: Path, options: RunOptions, config: EvalConfig, agent: EvalAg
     if previous and not options.resume:
         raise ResultsExist(f"{results.path} already holds results: pass --resume to continue, or use another --out")
     done = {r.key for r in previous}
-    every = load_tasks(path, config.base_image)
+    every = load_tasks(path, config.base_image, swebench_config(config))
     loaded = _selected(every, options.filters)
     if options.filters and not loaded:
         # A mistyped --filter must not look like an empty, successful run.
@@ -179,14 +186,31 @@ def finish(out: Path, agent: str) -> Summary:
     all_results = [r for r in ResultsLog(out / "results.jsonl").load() if r.agent == agent]
     summary = summarize(all_results, agent)
     (out / "summary.json").write_text(summary.model_dump_json(indent=2), encoding="utf-8")
-    predictions = {}
+    predictions, trial_dirs = {}, {}
     for r in sorted(all_results, key=lambda r: r.attempt):
         if r.format == "swe" and "model_patch" in r.details and r.task_id not in predictions:
-            predictions[r.task_id] = {"instance_id": r.task_id, "model_name_or_path": agent,
+            predictions[r.task_id] = {"instance_id": r.task_id,
+                                      "model_name_or_path": r.details.get("model_name_or_path") or agent,
                                       "model_patch": r.details["model_patch"]}
+            trial_dirs[r.task_id] = out / "trials" / r.task_id / (
+                f"attempt-{r.attempt}" + (f"-retry-{r.retries}" if r.retries else ""))
     if predictions:
         write_predictions(out / "predictions.jsonl", list(predictions.values()))
+        from evals.swebench.report import write_run_report
+
+        write_run_report(out, f"horizon-{agent}", predictions, trial_dirs)
     return summary
+
+
+def swebench_config(config: EvalConfig):
+    """[swebench], with run-wide image settings applied where the config has them (a top-level
+    `offline_substitute`, `pull`), so one switch governs every format."""
+    update = {}
+    if getattr(config, "offline_substitute", False):
+        update["offline_substitute"] = True
+    if getattr(config, "pull", None) in ("always", "missing", "never"):
+        update["pull"] = config.pull
+    return config.swebench.model_copy(update=update) if update else config.swebench
 
 
 __all__ = ["RunOptions", "ResultsExist", "run_eval", "finish", "render_table", "make_agent"]

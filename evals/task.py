@@ -14,6 +14,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from evals.swebench.config import SwebenchConfig
+
 TaskFormat = Literal["tb1", "harbor", "swe", "cybergym"]
 
 
@@ -95,16 +97,15 @@ class RewardFileVerifier(_Model):
     allowed_hosts: list[str] = Field(default_factory=list)
 
 
-class SweVerifier(_Model):
-    """SWE-bench/DeepSWE: grade the agent's diff from `base_commit` in a fresh container."""
+class SwebenchVerifier(_Model):
+    """SWE-bench with the official rules (evals/swebench/): swebench's eval script and grading on the
+    agent's diff, in a fresh offline container from the instance's sweb.eval image."""
 
-    kind: Literal["swe"] = "swe"
-    repo_dir: str
-    base_commit: str
-    test_patch: str
-    fail_to_pass: list[str]
-    pass_to_pass: list[str]
-    test_command: str = "python3 -m pytest -rA -p no:cacheprovider"
+    kind: Literal["swebench"] = "swebench"
+    instance: dict  # the SWE-bench record (instance_id, repo, version, base_commit, test_patch, F2P, P2P...)
+    source: str  # where the repository comes from: a URL, a local clone or a git bundle
+    config: SwebenchConfig = Field(default_factory=SwebenchConfig)
+    network: bool = True  # the grading containers' network (config.grading_network)
 
 
 class PocBuild(_Model):
@@ -134,7 +135,7 @@ class CyberGymVerifier(_Model):
 
 
 Verifier = Annotated[
-    Union[PytestSummaryVerifier, RewardFileVerifier, SweVerifier, CyberGymVerifier],
+    Union[PytestSummaryVerifier, RewardFileVerifier, SwebenchVerifier, CyberGymVerifier],
     Field(discriminator="kind"),
 ]
 

@@ -37,9 +37,10 @@ class PhaseTimeout(RuntimeError):
 
 
 class InfraError(RuntimeError):
-    def __init__(self, error_class: str, message: str):
+    def __init__(self, error_class: str, message: str, details: dict | None = None):
         super().__init__(message)
         self.error_class = error_class
+        self.details = details or {}  # what grading found before it gave up (e.g. SWE-bench's report)
 
 
 def run_with_timeout(fn, seconds: float, phase: str):
@@ -118,6 +119,10 @@ class Trial:
             # The builds themselves stop at the phase deadline (sandbox.images stops them on the
             # engine), so no build outlives its trial.
             left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
+            if self.task.verifier.kind == "swebench":  # swebench's own image chain (evals/swebench/images.py)
+                from evals.swebench.images import ensure_task_image
+
+                return ensure_task_image(self.task, self.engine.client, timeout=left())
             tag, notes = self.engine.builder.ensure(self.task.environment, self.task.id, timeout=left())
             for spec in aux_images(self.task):
                 notes += self.engine.builder.ensure(spec, f"{self.task.id}-verifier", timeout=left())[1]
@@ -247,7 +252,8 @@ class Trial:
                 outcome = self._run_agent(sb, workdir)
                 grade = self._grade(sb, tag)
         except InfraError as exc:
-            return self._result(started_at, "error", outcome, error_class=exc.error_class, error=str(exc))
+            return self._result(started_at, "error", outcome, error_class=exc.error_class, error=str(exc),
+                                details=exc.details)
         except (SandboxError, TerminalError) as exc:
             return self._result(started_at, "error", outcome, error_class="sandbox_error", error=f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # a harness bug or an engine API error: kept apart from agent failures

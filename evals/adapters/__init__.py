@@ -44,9 +44,9 @@ def _load_folder(folder: Path, fmt: str, base_image: str) -> TaskOrError:
         return TaskLoadError(id=task_id, source=folder, file=folder.name, field=None, message=str(exc))
 
 
-def _walk(path: Path, base_image: str, depth: int) -> list[TaskOrError]:
+def _walk(path: Path, base_image: str, depth: int, swebench=None) -> list[TaskOrError]:
     if path.is_file():
-        return load_swe_file(path, base_image) if is_swe_file(path) else []
+        return load_swe_file(path, swebench) if is_swe_file(path) else []
     fmt = detect_format(path)
     if fmt is not None:
         return [_load_folder(path, fmt, base_image)]
@@ -57,16 +57,17 @@ def _walk(path: Path, base_image: str, depth: int) -> list[TaskOrError]:
         if child.name.startswith(".") or child.name in SKIP_DIRS:
             continue
         if child.is_dir() or is_swe_file(child):
-            found += _walk(child, base_image, depth + 1)
+            found += _walk(child, base_image, depth + 1, swebench)
     return found
 
 
-def load_tasks(path: Path, base_image: str) -> list[TaskOrError]:
-    """Every task under `path`, in a stable order; duplicate ids are reported, not merged."""
+def load_tasks(path: Path, base_image: str, swebench=None) -> list[TaskOrError]:
+    """Every task under `path`, in a stable order; duplicate ids are reported, not merged.
+    `swebench`: the run's SwebenchConfig for SWE-bench instances (default: the official rules)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such task path: {path}")
-    tasks = _walk(path.resolve(), base_image, 0)
+    tasks = _walk(path.resolve(), base_image, 0, swebench)
     seen: set[str] = set()
     out: list[TaskOrError] = []
     for task in tasks:

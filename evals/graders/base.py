@@ -35,12 +35,13 @@ class GradeContext:
 
 
 def grade_task(ctx: GradeContext) -> Grade:
-    from evals.graders import poc, reward_file, swe_patch, tb1_pytest
+    from evals.graders import poc, reward_file, tb1_pytest
+    from evals.swebench import grader as swebench_grader
 
     graders = {
         "tb1-pytest": tb1_pytest.grade,
         "harbor-reward": reward_file.grade,
-        "swe": swe_patch.grade,
+        "swebench": swebench_grader.grade,
         "cybergym": poc.grade,
     }
     return graders[ctx.task.verifier.kind](ctx)

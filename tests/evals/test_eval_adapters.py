@@ -55,10 +55,11 @@ def test_harbor_separate_verifier_fields():
 def test_swe_instance_fields():
     task = _by_id(load_tasks(TASKS / "swe" / "instances.jsonl", BASE))["horizon-samples__roman-1"]
     v = task.verifier
-    assert len(v.fail_to_pass) == 4 and "tests/test_roman.py::test_simple" in v.pass_to_pass
-    assert v.test_command.endswith("tests/test_roman.py")
-    assert task.environment.copy_files["repo"].name == "horizon-samples__roman.bundle"
-    assert v.base_commit in task.environment.generated_files["Dockerfile"]
+    assert v.kind == "swebench" and len(v.instance["FAIL_TO_PASS"]) == 4
+    assert "tests/test_roman.py::test_simple" in v.instance["PASS_TO_PASS"]
+    assert v.source.endswith("repos/horizon-samples__roman.bundle") and v.config.pull == "missing"
+    assert task.workdir == "/testbed" and task.env["PATH"].startswith("/opt/miniconda3/envs/testbed/bin:")
+    assert task.solution.patch.startswith("diff --git")
 
 
 def test_cybergym_levels_decide_what_the_agent_gets():

@@ -61,9 +61,11 @@ def test_horizon_fixes_a_swe_instance_from_the_cli(eval_docker, tmp_path):
         ("Done.", [_call("finish", summary="get() now marks the key as most recently used")]),
     ])
     out = tmp_path / "out"
+    config = tmp_path / "eval.toml"
+    config.write_text("[swebench]\noffline_substitute = true\n")
     proc = subprocess.run(
         [sys.executable, "-m", "agent.cli.main", "eval", str(TASKS / "swe" / "instances.jsonl"), "--agent", "horizon",
-         "--model", f"replay:{replay}", "--filter", "*lru-1", "--out", str(out), "--quiet"],
+         "--model", f"replay:{replay}", "--filter", "*lru-1", "--out", str(out), "--quiet", "--config", str(config)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
@@ -79,7 +81,7 @@ def test_horizon_in_evals_gets_the_agent_configs_plugins_in_the_tasks_workdir(ev
     """The [agent] table of the eval config enables plugins and disables built-ins as for `horizon run`;
     a plugin's relative paths resolve in the task's own working directory."""
     config = tmp_path / "eval.toml"
-    config.write_text('[agent]\nplugins = ["line_count"]\ndisabled_tools = ["search"]\n')
+    config.write_text('[agent]\nplugins = ["line_count"]\ndisabled_tools = ["search"]\n[swebench]\noffline_substitute = true\n')
     replay = _replay(tmp_path / "plugin.jsonl", [
         ("Measure the module.", [_call("line_count", path="lru.py")]),
         ("Search is off here.", [_call("search", pattern="get")]),

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from evals.config import EvalConfig
-from evals.graders import swe_patch
 from evals.results import ResultsLog
 from evals.runner import RunOptions, run_eval
+from evals.swebench.config import SwebenchConfig
 from sandbox.docker_client import remove_container
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,29 +96,38 @@ def test_malformed_tasks_are_reported_and_the_run_goes_on(eval_docker, suite, tm
     assert "task_invalid=2" in proc.stdout
 
 
+OFFLINE = EvalConfig(swebench=SwebenchConfig(offline_substitute=True))
+
+
 def test_swe_agent_image_has_no_future_history(eval_docker, tmp_path):
     from evals.adapters import load_tasks
-    from evals.images import ImageBuilder
+    from evals.swebench.images import ensure_task_image
     from sandbox import Sandbox, SandboxConfig
 
-    [task] = [t for t in load_tasks(TASKS / "swe" / "instances.jsonl", "horizon/base:bookworm") if t.id.endswith("lru-1")]
-    tag, _ = ImageBuilder(eval_docker).ensure(task.environment, task.id)
+    [task] = [t for t in load_tasks(TASKS / "swe" / "instances.jsonl", "horizon/base:bookworm", OFFLINE.swebench)
+              if t.id.endswith("lru-1")]
+    tag, notes = ensure_task_image(task, eval_docker, timeout=1800)
+    assert tag == "sweb.eval.x86_64.horizon-samples__lru-1:horizon-offline" and notes[0].startswith("not comparable")
     with Sandbox.start(SandboxConfig(image=tag, workdir="/testbed")) as sb:
-        refs = sb.exec("git for-each-ref --format='%(refname)'; git rev-list --all | wc -l; git rev-parse HEAD")
+        refs = sb.exec("git for-each-ref --format='%(refname)'; git rev-list --all | wc -l; git rev-parse HEAD^")
         lines = refs.output.split()
         assert lines[0] == "refs/heads/main" and len(lines) == 3, refs.output
-        assert lines[1] == "2" and lines[2] == task.verifier.base_commit
+        # the base commit, its parent and swebench's setup commit on top; the fix branch is gone
+        assert lines[1] == "3" and lines[2] == task.verifier.instance["base_commit"]
         assert "move_to_end(key)\n        return" not in sb.read_file("/testbed/lru.py").decode()
 
 
 def test_a_patch_that_does_not_apply_fails_with_its_reason(eval_docker, tmp_path, monkeypatch):
+    from evals.swebench import grader
+
     bogus = "diff --git a/lru.py b/lru.py\n--- a/lru.py\n+++ b/lru.py\n@@ -1,3 +1,3 @@\n-this line is not there\n+nor this\n context\n"
-    monkeypatch.setattr(swe_patch, "extract_model_patch", lambda sb, repo, base: bogus)
+    monkeypatch.setattr(grader, "extract_model_patch", lambda sb, repo, base, exclude=(): bogus)
     summary = run_eval(TASKS / "swe" / "instances.jsonl",
-                       RunOptions(agent="nop", out_dir=tmp_path / "out", filters=["*lru-1"], progress=False))
+                       RunOptions(agent="nop", out_dir=tmp_path / "out", filters=["*lru-1"], progress=False), OFFLINE)
     [r] = ResultsLog(tmp_path / "out" / "results.jsonl").load()
     assert r.status == "failed" and r.details["apply_failed"] == 1
     assert r.error.startswith("patch does not apply")
+    assert r.details["swebench_report"]["patch_successfully_applied"] is False
     assert summary.infra_errors == 0
 
 

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from evals.config import EvalConfig
 from evals.results import ResultsLog
+from evals.swebench.config import SwebenchConfig
 from evals.validate import validate_suite
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +28,9 @@ def _max_overlap(results) -> int:
 
 
 def test_every_sample_suite_is_valid_and_runs_four_at_once(eval_docker, tmp_path):
-    report = validate_suite(TASKS, tmp_path / "validate", jobs=4, progress=False)
+    # SWE-bench images are built on the explicit offline substitute (no Docker Hub, no Miniconda here).
+    config = EvalConfig(swebench=SwebenchConfig(offline_substitute=True))
+    report = validate_suite(TASKS, tmp_path / "validate", jobs=4, config=config, progress=False)
     assert report.valid, report.render()
     formats = {r.format for r in report.oracle.values()}
     assert formats == {"tb1", "harbor", "swe", "cybergym"}
@@ -50,5 +54,7 @@ def test_every_sample_suite_is_valid_and_runs_four_at_once(eval_docker, tmp_path
     predictions = [json.loads(l) for l in (tmp_path / "validate" / "oracle" / "predictions.jsonl").read_text().splitlines()]
     assert sorted(p["instance_id"] for p in predictions) == sorted(t for t in report.oracle if t.startswith("horizon-samples"))
     assert all(p["model_patch"].startswith("diff --git") and p["model_name_or_path"] == "oracle" for p in predictions)
+    swe = json.loads((tmp_path / "validate" / "oracle" / "swebench" / "oracle.horizon-oracle.json").read_text())
+    assert swe["resolved_instances"] == 5 and swe["schema_version"] == 2
     summary = json.loads((tmp_path / "validate" / "oracle" / "summary.json").read_text())
     assert summary["resolved_rate"] == 1.0 and summary["infra_errors"] == 0

@@ -20,6 +20,9 @@ from swe_repo_sources import REPOS  # the file contents of each repository, comm
 
 HERE = Path(__file__).resolve().parent
 OWNER = "horizon-samples"
+# swebench has no specs for these repositories, so each instance registers its own (evals/swebench/specs.py).
+SPECS = {"python": "3.11", "packages": "pytest", "test_cmd": "python -m pytest -rA -p no:cacheprovider",
+         "log_parser": "parse_log_pytest"}
 
 
 def git(repo: Path, *args: str, date: str = "2026-01-01T12:00:00Z") -> str:
@@ -64,6 +67,7 @@ def build(name: str, spec: dict, out_dir: Path) -> dict:
         "PASS_TO_PASS": json.dumps(spec["pass_to_pass"]),
         "created_at": "2026-01-20T12:00:00Z",
         "version": "0.1",
+        "specs": SPECS,
     }
 
 
