@@ -43,6 +43,9 @@ def register(subparsers) -> None:
                       help="default: fp8 when the config has an FP8 quantization_config")
     plan.add_argument("--memory-fraction", type=float, default=0.90)
     plan.add_argument("--reserve", default="6GiB", help="runtime reserve per GPU (activations, buffers, graphs)")
+    plan.add_argument("--dp-attention", action="store_true",
+                      help="also plan data-parallel attention + expert parallelism over all GPUs")
+    plan.add_argument("--dp-reserve", default="8GiB", help="runtime reserve per GPU under DP-attention")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     plan.set_defaults(func=_plan)
 
@@ -153,7 +156,8 @@ def _plan(args: argparse.Namespace) -> int:
     try:
         config = ModelConfig.from_pretrained(Path(source))
         result = plan(config, args.gpus, parse_bytes(args.gpu_memory), args.tp, args.ep, args.kv_cache_dtype,
-                      args.weight_format, args.memory_fraction, parse_bytes(args.reserve))
+                      args.weight_format, args.memory_fraction, parse_bytes(args.reserve), args.dp_attention,
+                      parse_bytes(args.dp_reserve))
     except (ConfigError, ParallelConfigError, ValueError, OSError) as exc:
         print(f"horizon model plan: {exc}", file=sys.stderr)
         return 2

@@ -60,6 +60,12 @@ class MemoryPlan:
     kv_bytes_per_rank: int
     kv_tokens: int  # per rank, and per node under TP (every rank holds every sequence)
     sessions_100k: int
+    # DP-attention + EP on the same GPUs (each rank owns whole sequences: node KV = ranks x rank KV)
+    dp_weights_bytes_per_rank: int | None = None
+    dp_kv_tokens_per_rank: int | None = None
+    dp_kv_tokens_per_node: int | None = None
+    dp_sessions_100k: int | None = None
+    dp_reserve_bytes: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -75,7 +81,15 @@ class MemoryPlan:
             f"KV per rank       {g(self.kv_bytes_per_rank)} = {self.kv_tokens:,} tokens "
             "(replicated across TP ranks: also the node's total)",
             f"100K sessions     {self.sessions_100k} at once ({SESSION_TOKENS * self.kv_bytes_per_token / GIB:.2f} GiB each)",
-        ])
+        ] + ([] if self.dp_weights_bytes_per_rank is None else [
+            f"DP-attention + EP{self.gpus}: attention, dense/shared MLPs and embed/head replicated, experts split "
+            f"(reserve {g(self.dp_reserve_bytes)} per rank for the gathered MoE buffers)",
+            f"  weights per rank  {g(self.dp_weights_bytes_per_rank)}",
+            f"  KV tokens         {self.dp_kv_tokens_per_rank:,} per rank, {self.dp_kv_tokens_per_node:,} per node "
+            f"({self.dp_kv_tokens_per_node / max(1, self.kv_tokens):.1f}x TP{self.tp})",
+            f"  100K sessions     {self.dp_sessions_100k} at once (whole sessions per rank: "
+            f"{self.dp_sessions_100k // self.gpus} each), vs {self.sessions_100k} with TP{self.tp}",
+        ]))
 
 
 def _param_bytes(name: str, shape: tuple[int, ...], fp8: bool, block: tuple[int, int], itemsize: int) -> int:
@@ -87,6 +101,21 @@ def _param_bytes(name: str, shape: tuple[int, ...], fp8: bool, block: tuple[int,
         matrices = numel // (rows * cols)
         return numel + matrices * math.ceil(rows / block[0]) * math.ceil(cols / block[1]) * 4
     return numel * itemsize
+
+
+def dp_attention_weight_bytes(config: ModelConfig, ep: int, fp8: bool = True, dtype: torch.dtype = torch.bfloat16) -> int:
+    """Bytes one rank holds under DP-attention + EP (SGLang --enable-dp-attention, vLLM
+    --data-parallel-size N --enable-expert-parallel): the routed experts split over ep ranks,
+    everything else (attention, dense and shared MLPs, embed/head) replicated."""
+    from inference.model import Glm5ForCausalLM
+
+    block = config.weight_block_size or (128, 128)
+    itemsize = torch.tensor([], dtype=dtype).element_size()
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in Glm5ForCausalLM(config).state_dict().items()}
+    experts = sum(_param_bytes(k, s, fp8, block, itemsize) for k, s in shapes.items() if ".mlp.experts." in k)
+    rest = sum(_param_bytes(k, s, fp8, block, itemsize) for k, s in shapes.items() if ".mlp.experts." not in k)
+    return rest + -(-experts // ep)
 
 
 def weight_bytes(config: ModelConfig, tp: int = 1, ep: int | None = None, fp8: bool = True,
@@ -107,7 +136,9 @@ def weight_bytes(config: ModelConfig, tp: int = 1, ep: int | None = None, fp8: b
 
 def plan(config: ModelConfig, gpus: int, gpu_memory_bytes: int, tp: int | None = None, ep: int | None = None,
          kv_cache_dtype: str = "fp8", weight_format: str | None = None, memory_fraction: float = 0.90,
-         reserve_bytes: int = 6 * GIB) -> MemoryPlan:
+         reserve_bytes: int = 6 * GIB, dp_attention: bool = False, dp_reserve_bytes: int = 8 * GIB) -> MemoryPlan:
+    """dp_attention: also plan DP-attention + EP over all `gpus` (its reserve is larger: every rank
+    holds the MoE inputs gathered from all ranks)."""
     tp = tp or gpus
     ep = ep or tp
     if gpus % tp:
@@ -129,6 +160,14 @@ def plan(config: ModelConfig, gpus: int, gpu_memory_bytes: int, tp: int | None =
     kv_rank = max(0, int(gpu_memory_bytes * memory_fraction) - per_rank - reserve_bytes)
     tokens = kv_rank // kv_token
     layout = f"TP{tp}" + (f" + EP{ep}" if ep > 1 else "") + (f" × {gpus // tp} replicas" if gpus > tp else "")
+    dp = {}
+    if dp_attention:
+        dp_weights = dp_attention_weight_bytes(config, gpus, fp8)
+        dp_tokens = max(0, int(gpu_memory_bytes * memory_fraction) - dp_weights - dp_reserve_bytes) // kv_token
+        # A session lives on one rank (its KV pages are that rank's): whole sessions per rank.
+        dp = dict(dp_weights_bytes_per_rank=dp_weights, dp_kv_tokens_per_rank=dp_tokens,
+                  dp_kv_tokens_per_node=dp_tokens * gpus, dp_sessions_100k=dp_tokens // SESSION_TOKENS * gpus,
+                  dp_reserve_bytes=dp_reserve_bytes)
     return MemoryPlan(layout, gpus, tp, ep, gpu_memory_bytes, memory_fraction, reserve_bytes,
                       "fp8" if fp8 else "bf16", kv_cache_dtype, params, whole, per_rank, kv_token, kv_rank,
-                      tokens, tokens // SESSION_TOKENS * (gpus // tp))
+                      tokens, tokens // SESSION_TOKENS * (gpus // tp), **dp)

@@ -64,3 +64,14 @@ def test_fp8_layouts_that_cut_scale_blocks_are_refused():
     assert all(not fp8_block_misalignments(config, ParallelState(8, r, 8), (128, 128)) for r in range(8))
     with pytest.raises(ValueError, match="shared_experts.gate_proj.weight: rank 0's rows \\[0, 64\\) cut"):
         plan(config, 32, parse_bytes("141GiB"))
+
+
+def test_dp_attention_layout_next_to_tp():
+    """scaleout.md §3.3: DP8+EP8 with everything but the experts replicated holds 105.3 GiB of
+    weights per rank, 256K tokens per rank (2.05M per node) and 16 sessions of 100K against TP8's 6."""
+    out = _cli("glm-5.3", "--gpus", "8", "--gpu-memory", "143771MiB", "--dp-attention", "--json")
+    p = json.loads(out.stdout)
+    assert 105.0 < p["dp_weights_bytes_per_rank"] / GIB < 105.6
+    assert 250_000 < p["dp_kv_tokens_per_rank"] < 260_000
+    assert p["dp_kv_tokens_per_node"] == 8 * p["dp_kv_tokens_per_rank"]
+    assert p["dp_sessions_100k"] == 16 and p["sessions_100k"] == 6
