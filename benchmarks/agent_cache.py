@@ -12,12 +12,24 @@ radix cache are `inference.engine`'s real classes. Replay rules: ../shared/trace
     python benchmarks/agent_cache.py                 # 64 sessions, 16 concurrent, scale 0.1
     python benchmarks/agent_cache.py --trace traces.jsonl
     python benchmarks/agent_cache.py --quick
+    python benchmarks/agent_cache.py --dp 8          # + DP-attention ranks (policies below)
+
+With --dp N the same trace is also replayed on a node of N data-parallel attention ranks, each
+with its own scheduler, radix cache and host tier holding 1/N of the node's KV, the ranks stepping
+in lockstep (a step lasts as long as the slowest rank's: they meet in every MoE layer). The node's
+KV under DP is --dp-capacity-ratio times the TP node's (attention weights replicated per rank, the
+cache no longer replicated: 3.41 for GLM-5.3 on 8xH200, `horizon model plan glm-5.3 --dp-attention`).
+Policies: tp-replicated (one cache, the TP budget), dp-affinity (a session's turns stay on the rank
+its first turn went to, the least loaded one) and dp-random (every turn to a random rank). Each
+row adds concurrent_sessions: the most sessions held at once (a turn running, or the context of
+its last turn retained on the device, so the next turn hits without a restore).
 """
 
 from __future__ import annotations
 
 import argparse
 import heapq
+import random
 import importlib.util
 import json
 import os
@@ -70,14 +82,37 @@ def unbounded_capacity(sessions: list[dict]) -> int:
                for s in sessions)
 
 
+class Rank:
+    """One KV pool: the engine's own scheduler, radix cache and host tier over its pages."""
+
+    def __init__(self, device_tokens: int, host_tokens: int, page_size: int, ttl_s: float, now: list[float]):
+        config = EngineConfig(kv_budget_tokens=device_tokens, page_size=page_size, max_batch_tokens=8192,
+                              chunk_size=4096, max_running=256, session_ttl_s=ttl_s, host_budget_tokens=host_tokens)
+        self.allocator = PageAllocator(config.device_pages(1))
+        self.cache = RadixCache(page_size, self.allocator, HostTier(config.host_pages()), clock=lambda: now[0])
+        self.sched = Scheduler(config, self.cache, self.allocator)
+
+    def load(self) -> int:
+        """Tokens queued or held: what placement balances."""
+        queued = sum(s.prompt_len for s in self.sched.waiting)
+        return queued + (self.allocator.num_pages - self.allocator.num_free)
+
+
 def replay(sessions: list[dict], policy: str, device_tokens: int, host_tokens: int, page_size: int,
-           ttl_s: float, cost: CostModel) -> dict:
+           ttl_s: float, cost: CostModel, ranks: int = 1, seed: int = 0) -> dict:
+    """device_tokens / host_tokens: per rank. policy: horizon | lru | unbounded (one rank), or
+    tp-replicated | dp-affinity | dp-random."""
     now = [0.0]
-    config = EngineConfig(kv_budget_tokens=device_tokens, page_size=page_size, max_batch_tokens=8192,
-                          chunk_size=4096, max_running=256, session_ttl_s=ttl_s, host_budget_tokens=host_tokens)
-    allocator = PageAllocator(config.device_pages(1))
-    cache = RadixCache(page_size, allocator, HostTier(config.host_pages()), clock=lambda: now[0])
-    sched = Scheduler(config, cache, allocator)
+    pools = [Rank(device_tokens, host_tokens, page_size, ttl_s, now) for _ in range(ranks)]
+    home: dict[int, int] = {}  # session -> rank (dp-affinity)
+    rng = random.Random(seed)
+
+    def place(i: int) -> Rank:
+        if policy == "dp-random":
+            return pools[rng.randrange(ranks)]
+        if i not in home:
+            home[i] = min(range(ranks), key=lambda r: pools[r].load())
+        return pools[home[i]]
 
     arrivals: list[tuple[float, int, int]] = []  # (time, session index, turn index)
     turns = {}
@@ -85,63 +120,73 @@ def replay(sessions: list[dict], policy: str, device_tokens: int, host_tokens: i
         turns[i] = trace_module.materialize(s, VOCAB)
         heapq.heappush(arrivals, (s["arrival_s"], i, 0))
     live: dict[int, tuple[int, int, float, list[int]]] = {}  # id(seq) -> (session, turn, arrival, outputs)
-    seqs: dict[int, Sequence] = {}
     totals = dict(prompt=0, device=0, host=0)
     late_ttft: list[float] = []
-    first_token: dict[int, float] = {}
+    first_token: set[int] = set()
     # Working set = the peak, over time, of the contexts of live sessions (shared prefixes once).
     context: dict[int, int] = {}
-    peak_live = 0
-    while arrivals or sched.has_work():
+    peak_live = peak_sessions = 0
+    while arrivals or any(r.sched.has_work() for r in pools):
         while arrivals and arrivals[0][0] <= now[0]:
             t, i, k = heapq.heappop(arrivals)
             prompt, output = turns[i][k]
             seq = Sequence(f"{i}:{k}", prompt, SamplingParams(max_tokens=len(output)),
-                           session_id=sessions[i]["session_id"] if policy == "horizon" else None)
+                           session_id=sessions[i]["session_id"] if policy not in ("lru", "unbounded") else None)
             live[id(seq)] = (i, k, t, output)
             context[i] = len(prompt) + len(output)
             groups = {sessions[j]["system_group"]: sessions[j]["system_tokens"] for j in context}
             peak_live = max(peak_live, sum(context.values()) - sum(
                 (sum(1 for j in context if sessions[j]["system_group"] == g) - 1) * n for g, n in groups.items()))
-            seqs[id(seq)] = seq
-            sched.add(seq)
-        if not sched.has_work():
+            place(i).sched.add(seq)
+        if not any(r.sched.has_work() for r in pools):
             now[0] = arrivals[0][0]
             continue
-        batch = sched.schedule()
-        if batch is None:  # waiting on capacity that nothing running will free: cannot happen
-            raise RuntimeError("scheduler made no progress")
-        prefill = sum(len(it.token_ids) for it in batch.items if not it.seq.in_decode)
-        now[0] += cost.step(prefill, batch.restored_pages * page_size)
-        for it in batch.items:
-            seq = it.seq
-            was_prefill = not seq.in_decode
-            seq.num_computed += len(it.token_ids)
-            if was_prefill:
-                sched.cache_prefix(seq)  # as the engine does after every prefill chunk
-            if it.num_logits == 0:
-                continue
-            i, k, t_arrival, output = live[id(seq)]
-            if seq.num_output == 0 and id(seq) not in first_token:
-                first_token[id(seq)] = now[0]
-                if k >= len(sessions[i]["turns"]) // 2:
-                    late_ttft.append(now[0] - t_arrival)
-            seq.tokens.append(output[seq.num_output])
-            if seq.num_output == len(output):
-                totals["prompt"] += seq.prompt_len
-                totals["device"] += seq.cached_device
-                totals["host"] += seq.cached_host
-                sched.finish(seq, "stop")
-                del live[id(seq)]
-                if k + 1 < len(sessions[i]["turns"]):
-                    heapq.heappush(arrivals, (now[0] + sessions[i]["turns"][k]["tool_s"], i, k + 1))
-                else:
-                    del context[i]
+        steps = []
+        for r in pools:
+            if r.sched.has_work():
+                batch = r.sched.schedule()
+                if batch is None:  # waiting on capacity that nothing running will free: cannot happen
+                    raise RuntimeError("scheduler made no progress")
+                steps.append((r.sched, batch))
+        # Sessions held: a turn running, or the last turn's context retained on the device.
+        held = {sessions[live[id(s)][0]]["session_id"] for r in pools for s in r.sched.running}
+        held.update(sid for r in pools for sid in r.cache.resident_sessions())
+        peak_sessions = max(peak_sessions, len(held))
+        # Lockstep: DP ranks meet in every MoE layer, so a step lasts as long as its slowest rank's.
+        now[0] += max(cost.step(sum(len(it.token_ids) for it in b.items if not it.seq.in_decode),
+                                b.restored_pages * page_size) for _, b in steps)
+        for sched, batch in steps:
+            for it in batch.items:
+                seq = it.seq
+                was_prefill = not seq.in_decode
+                seq.num_computed += len(it.token_ids)
+                if was_prefill:
+                    sched.cache_prefix(seq)  # as the engine does after every prefill chunk
+                if it.num_logits == 0:
+                    continue
+                i, k, t_arrival, output = live[id(seq)]
+                if seq.num_output == 0 and id(seq) not in first_token:
+                    first_token.add(id(seq))
+                    if k >= len(sessions[i]["turns"]) // 2:
+                        late_ttft.append(now[0] - t_arrival)
+                seq.tokens.append(output[seq.num_output])
+                if seq.num_output == len(output):
+                    totals["prompt"] += seq.prompt_len
+                    totals["device"] += seq.cached_device
+                    totals["host"] += seq.cached_host
+                    sched.finish(seq, "stop")
+                    del live[id(seq)]
+                    if k + 1 < len(sessions[i]["turns"]):
+                        heapq.heappush(arrivals, (now[0] + sessions[i]["turns"][k]["tool_s"], i, k + 1))
+                    else:
+                        del context[i]
     hits = totals["device"] + totals["host"]
     late_ttft.sort()
+    caches = [r.cache for r in pools]
     return {
         "policy": policy,
         "sessions": len(sessions),
+        "ranks": ranks,
         "prompt_tokens": totals["prompt"],
         "hit_tokens": hits,
         "hit_rate": round(hits / max(1, totals["prompt"]), 4),
@@ -150,13 +195,14 @@ def replay(sessions: list[dict], policy: str, device_tokens: int, host_tokens: i
         "host_hit_rate": round(totals["host"] / max(1, totals["prompt"]), 4),
         "host_hit_tokens": totals["host"],
         "recomputed_tokens": totals["prompt"] - hits,
-        "capacity_tokens": allocator.num_pages * page_size,
-        "host_capacity_tokens": cache.host.allocator.num_pages * page_size,
+        "capacity_tokens": sum(r.allocator.num_pages for r in pools) * page_size,
+        "host_capacity_tokens": sum(c.host.allocator.num_pages for c in caches) * page_size,
         "late_turn_ttft_mean_s": round(sum(late_ttft) / max(1, len(late_ttft)), 4),
         "late_turn_ttft_p90_s": round(late_ttft[int(0.9 * (len(late_ttft) - 1))], 4) if late_ttft else 0.0,
-        "host_pages_spilled": cache.host.pages_spilled,
-        "host_pages_restored": cache.host.pages_restored,  # tails and partly matched pages included
-        "preemptions": sched.num_preemptions,
+        "host_pages_spilled": sum(c.host.pages_spilled for c in caches),
+        "host_pages_restored": sum(c.host.pages_restored for c in caches),  # tails and partly matched pages included
+        "preemptions": sum(r.sched.num_preemptions for r in pools),
+        "concurrent_sessions": peak_sessions,
         "peak_live_tokens": peak_live,
         "virtual_time_s": round(now[0], 1),
     }
@@ -175,6 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--page-size", type=int, default=64)
     p.add_argument("--ttl", type=float, default=120.0, help="session retention TTL (virtual seconds)")
+    p.add_argument("--dp", type=int, default=0, help="also replay on N DP-attention ranks (tp-replicated, "
+                   "dp-affinity, dp-random)")
+    p.add_argument("--dp-capacity-ratio", type=float, default=3.41,
+                   help="node KV under DP-attention / under TP (3.41: GLM-5.3 on 8xH200, FP8 KV)")
+    p.add_argument("--dp-tp-fraction", type=float, default=0.25,
+                   help="with --dp: the TP node's KV as a fraction of the working set (0.25: four times more "
+                        "live context than TP holds, as 24 long sessions against TP8's 6 on 8xH200)")
     p.add_argument("--quick", action="store_true", help="small trace for CI")
     a = p.parse_args(argv)
     if a.quick:
@@ -203,7 +256,43 @@ def main(argv: list[str] | None = None) -> int:
         "late_ttft_speedup_vs_lru": round(lru["late_turn_ttft_mean_s"] / max(1e-9, ours["late_turn_ttft_mean_s"]), 2),
         "unbounded_hit_rate": trace_module.describe(sessions)["unbounded_cache_hit_rate"],
     }}), flush=True)
+    if a.dp:
+        tp_device = max(a.page_size, int(ws * a.dp_tp_fraction))
+        replay_dp(sessions, a.dp, a.dp_capacity_ratio, tp_device, ws - tp_device, a.page_size, a.ttl, cost, a.seed)
     return 0
+
+
+def replay_dp(sessions, n: int, ratio: float, tp_device: int, tp_host: int, page_size: int, ttl: float,
+              cost: CostModel, seed: int) -> None:
+    """(a) TP: one cache of tp_device tokens (replicated on every rank, so also the node's);
+    (b), (c) DP: n caches of ratio * tp_device / n tokens each; host tiers alike (per-rank host
+    memory is not duplicated under DP either)."""
+    per_rank = max(page_size, int(ratio * tp_device / n) // page_size * page_size)
+    host_per_rank = int(ratio * tp_host / n) // page_size * page_size
+    longest = max(s["system_tokens"] + s["task_tokens"] + sum(t["output_tokens"] + t["observation_tokens"]
+                                                              for t in s["turns"]) for s in sessions)
+    if per_rank < longest + page_size:
+        # A session lives on one rank: none may outgrow it (GLM-5.3's 256K per rank holds the
+        # longest agent contexts seen, ~180K). Fewer ranks, or a larger --dp-tp-fraction, here.
+        raise SystemExit(f"--dp {n}: {per_rank} KV tokens per rank cannot hold the longest session "
+                         f"({longest} tokens); use fewer ranks or a larger --dp-tp-fraction")
+    print(f"# DP: {n} ranks x {per_rank} KV tokens (node {n * per_rank}) vs TP {tp_device}; longest session "
+          f"{longest} tokens", flush=True)
+    rows = {
+        "tp-replicated": replay(sessions, "tp-replicated", tp_device, tp_host, page_size, ttl, cost),
+        "dp-affinity": replay(sessions, "dp-affinity", per_rank, host_per_rank, page_size, ttl, cost, n, seed),
+        "dp-random": replay(sessions, "dp-random", per_rank, host_per_rank, page_size, ttl, cost, n, seed),
+    }
+    for r in rows.values():
+        print(json.dumps(r), flush=True)
+    tp, aff, rnd = rows["tp-replicated"], rows["dp-affinity"], rows["dp-random"]
+    print(json.dumps({"dp_comparison": {
+        "ranks": n, "capacity_ratio": ratio,
+        "dp_affinity_hit_rate": aff["hit_rate"], "dp_random_hit_rate": rnd["hit_rate"], "tp_hit_rate": tp["hit_rate"],
+        "concurrent_sessions_vs_tp": round(aff["concurrent_sessions"] / max(1, tp["concurrent_sessions"]), 2),
+        "affinity_recompute_reduction_vs_random": round(rnd["recomputed_tokens"] / max(1, aff["recomputed_tokens"]), 2),
+        "late_ttft_speedup_vs_tp": round(tp["late_turn_ttft_mean_s"] / max(1e-9, aff["late_turn_ttft_mean_s"]), 2),
+    }}), flush=True)
 
 
 if __name__ == "__main__":

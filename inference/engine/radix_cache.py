@@ -258,6 +258,12 @@ class RadixCache(RadixEviction):
             self.allocator.free([tail.page])
             self.device_cached_pages -= 1
 
+    def resident_sessions(self) -> list[str]:
+        """Sessions whose protected path still ends on the device: their next turn hits without a
+        host restore (what "sessions held at once" counts in benchmarks/agent_cache.py)."""
+        now = self.clock()
+        return [sid for sid, node in self._sessions.items() if node.on_device and node.sessions.get(sid, 0.0) > now]
+
     def stats(self) -> dict:
         tails = [n.tail for n in [self.root, *self._nodes] if n.tail is not None]
         return {
