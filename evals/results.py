@@ -48,6 +48,10 @@ class TrialResult(BaseModel):
     tokens: TokenUsage = Field(default_factory=TokenUsage)
     retries: int = 0
     notes: list[str] = Field(default_factory=list)
+    # How each image was obtained (evals/image_policy.py ImageResolution.record()); False when an
+    # image was substituted, so this row's score is not comparable to a leaderboard's.
+    images: list[dict] = Field(default_factory=list)
+    comparable: bool = True
     details: dict = Field(default_factory=dict)
     trajectory: str | None = None
 

@@ -74,7 +74,7 @@ def make_engines(config: EvalConfig) -> list[Engine]:
     engines = []
     for e in config.engines:
         client = connect(e.docker_host)
-        engines.append(Engine(name=e.name, docker_host=e.docker_host, client=client, builder=ImageBuilder(client, image_map)))
+        engines.append(Engine(name=e.name, docker_host=e.docker_host, client=client, builder=ImageBuilder(client, image_map, config.image_policy)))
     return engines
 
 

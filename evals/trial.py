@@ -15,7 +15,8 @@ from pathlib import Path
 
 from evals.agents.base import AgentContext, AgentOutcome, EvalAgent
 from evals.graders.base import Grade, GradeContext, VerifierCrashed, grade_task
-from evals.images import ImageBuilder, ImageUnavailable
+from evals.image_policy import ImageUnavailable
+from evals.images import ImageBuilder
 from evals.results import TrialResult
 from evals.task import Task
 from evals.tmux import TerminalError, TmuxSession
@@ -87,6 +88,7 @@ class Trial:
         self.run_label = run_label
         self.phase_seconds: dict[str, float] = {}
         self.notes: list[str] = []
+        self.images: list[dict] = []  # how each image was obtained (evals/image_policy.py)
 
     def _config(self, image: str, workdir: str, env: dict[str, str] | None = None, network: bool = False,
                 memory_mb: int | None = None, allowed_hosts: list[str] | None = None,
@@ -114,14 +116,15 @@ class Trial:
             # The builds themselves stop at the phase deadline (sandbox.images stops them on the
             # engine), so no build outlives its trial.
             left = lambda: max(1.0, deadline - time.monotonic())  # noqa: E731
-            tag, notes = self.engine.builder.ensure(self.task.environment, self.task.id, timeout=left())
+            resolved = self.engine.builder.ensure_image(self.task.environment, self.task.id, timeout=left())
+            tag = resolved[-1].tag
             for spec in aux_images(self.task):
-                notes += self.engine.builder.ensure(spec, f"{self.task.id}-verifier", timeout=left())[1]
-            return tag, notes
+                resolved += self.engine.builder.ensure_image(spec, f"{self.task.id}-verifier", timeout=left())
+            return tag, resolved
 
         try:
             # The outer limit only catches a build that could not be stopped in time.
-            tag, notes = run_with_timeout(build, self.timeouts.build_sec + BUILD_STOP_GRACE_SEC, "build")
+            tag, resolved = run_with_timeout(build, self.timeouts.build_sec + BUILD_STOP_GRACE_SEC, "build")
         except ImageBuildTimeout as exc:
             raise InfraError("build_timeout", str(exc)) from exc
         except ImageUnavailable as exc:
@@ -130,7 +133,8 @@ class Trial:
             raise InfraError("build_failed", f"{type(exc).__name__}: {exc}") from exc
         finally:
             self.phase_seconds["build"] = time.monotonic() - started
-        self.notes += notes
+        self.images = [r.record() for r in resolved]
+        self.notes += [n for r in resolved for n in r.notes]
         return tag
 
     @contextlib.contextmanager
@@ -257,5 +261,6 @@ class Trial:
             task_id=self.task.id, format=self.task.format, agent=self.agent.name, attempt=self.attempt,
             status=status, agent_timed_out=outcome.finish_reason == "timeout", started_at=started_at,
             finished_at=time.time(), phase_seconds={k: round(v, 3) for k, v in self.phase_seconds.items()},
-            tokens=outcome.tokens, notes=self.notes, trajectory=outcome.trajectory, engine=self.engine.name, **fields,
+            tokens=outcome.tokens, notes=self.notes, images=self.images,
+            comparable=all(i["comparable"] for i in self.images), trajectory=outcome.trajectory, engine=self.engine.name, **fields,
         )
