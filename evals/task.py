@@ -43,6 +43,9 @@ class Resources(_Model):
     cpus: float = Field(1.0, gt=0)
     memory_mb: int = Field(2048, gt=0)
     pids_limit: int = Field(1024, gt=0)
+    # Recorded as the task asks; the Docker engine, like Harbor's Docker environment, does not cap disk.
+    storage_mb: int | None = Field(None, gt=0)
+    gpus: int = Field(0, ge=0)
 
 
 class Timeouts(_Model):

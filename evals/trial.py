@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evals.agents.base import AgentContext, AgentOutcome, EvalAgent
+from evals.container_tools import TOOLBOX_BASH, TOOLBOX_MOUNT, ToolSetupFailed, ensure_tmux, host_toolbox
 from evals.graders.base import Grade, GradeContext, VerifierCrashed, grade_task
+from evals.graders.verifier_environment import VerifierEnvironmentFailed
 from evals.image_policy import ImageUnavailable
 from evals.images import ImageBuilder
 from evals.results import TrialResult
 from evals.task import Task
 from evals.tmux import TerminalError, TmuxSession
-from sandbox import Sandbox, SandboxConfig, SandboxError
+from sandbox import Mount, Sandbox, SandboxConfig, SandboxError
 from sandbox.images import ImageBuildTimeout
 from sandbox.users import UnknownUser
 
@@ -94,13 +96,40 @@ class Trial:
                 memory_mb: int | None = None, allowed_hosts: list[str] | None = None,
                 user: str | None = None) -> SandboxConfig:
         r = self.task.resources
+        toolbox = self._toolbox()
         return SandboxConfig(
             image=image, workdir=workdir, network="allowlist" if allowed_hosts else network,
             allowed_hosts=allowed_hosts or [], user=user, env=env or {},
-            memory=f"{memory_mb or r.memory_mb}m", cpus=r.cpus, pids_limit=r.pids_limit,
+            memory=f"{memory_mb or r.memory_mb}m", cpus=r.cpus, pids_limit=r.pids_limit, gpus=r.gpus,
+            mounts=[Mount(source=str(toolbox), target=TOOLBOX_MOUNT, read_only=True)] if toolbox else [],
+            bash_fallback=TOOLBOX_BASH if toolbox and (toolbox / "bin" / "bash").is_file() else None,
             labels={"dev.horizon.eval.task": self.task.id[:60], "dev.horizon.eval.run": self.run_label[:60]},
             docker_host=self.engine.docker_host,
         )
+
+    def _toolbox(self) -> Path | None:
+        """The host toolbox to mount (evals/container_tools.py): only an engine on this host can."""
+        host = self.engine.docker_host
+        if host and not host.startswith("unix://"):
+            return None
+        if not hasattr(self, "_toolbox_dir"):
+            try:
+                self._toolbox_dir = host_toolbox()
+            except Exception as exc:  # noqa: BLE001 - the package route may still work
+                self.notes.append(f"Horizon's toolbox could not be built: {type(exc).__name__}: {exc}")
+                self._toolbox_dir = None
+        return self._toolbox_dir
+
+    def _check_gpus(self) -> None:
+        """Harbor refuses a task needing GPUs on an environment without them; so do we, before building."""
+        wanted = self.task.resources.gpus
+        if not wanted:
+            return
+        runtimes = (self.engine.client.info() or {}).get("Runtimes") or {}
+        if "nvidia" not in runtimes:
+            raise InfraError("gpu_unavailable", f"task.toml [environment] gpus = {wanted}: the Docker engine "
+                                                f"{self.engine.name!r} has no NVIDIA runtime (runtimes: "
+                                                f"{', '.join(sorted(runtimes)) or 'none'}), so no GPU can be given")
 
     def _workdir(self, tag: str) -> str:
         if self.task.workdir:
@@ -176,7 +205,7 @@ class Trial:
             raise InfraError("task_invalid", f"task.toml [agent] user: {exc}") from exc
         try:
             if task.user is None:
-                sb.exec_once(["bash", "-c", f"mkdir -p {LOG_DIRS} {workdir}"], timeout=30)
+                sb.exec_once(["sh", "-c", f"mkdir -p {LOG_DIRS} {workdir}"], timeout=30)
                 return sb
             # Set up as root, then open what the agent (and the oracle's /solution) must write to.
             staging = task.solution.container_dir if self.agent.name == "oracle" and hasattr(task.solution, "container_dir") else ""
@@ -193,7 +222,12 @@ class Trial:
     def _run_agent(self, sb, workdir: str) -> AgentOutcome:
         terminal = None
         if self.task.terminal:
-            terminal = TmuxSession(sb, "agent", workdir).start()
+            # Agent setup, as Harbor's agents do it: tmux into the image when it has none.
+            try:
+                self.notes += ensure_tmux(sb, self.task.network, self._toolbox() is not None)
+                terminal = TmuxSession(sb, "agent", workdir).start()
+            except (ToolSetupFailed, TerminalError) as exc:
+                raise InfraError("agent_setup_failed", f"{type(exc).__name__}: {exc}") from exc
         ctx = AgentContext(task=self.task, sandbox=sb, terminal=terminal,
                            deadline=time.monotonic() + self.timeouts.agent_sec, log_dir=self.trial_dir,
                            workdir=workdir)
@@ -230,6 +264,8 @@ class Trial:
         # catches a grader wedged elsewhere (CyberGym runs two programs, SWE starts a container).
         try:
             return run_with_timeout(lambda: grade_task(ctx), self.timeouts.verifier_sec * 2 + 120, "verifier")
+        except VerifierEnvironmentFailed as exc:
+            raise InfraError("verifier_environment", str(exc)) from exc
         except (VerifierCrashed, PhaseTimeout) as exc:
             raise InfraError("verifier_crashed", str(exc)) from exc
         finally:
@@ -240,6 +276,7 @@ class Trial:
         started_at = time.time()
         outcome = AgentOutcome()
         try:
+            self._check_gpus()
             tag = self._build()
             workdir = self._workdir(tag)
             with self._start_agent_sandbox(tag, workdir) as sb:

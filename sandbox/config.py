@@ -79,6 +79,10 @@ class SandboxConfig(BaseModel):
     # Commands, the shell and written files run as / belong to this user ("name", "uid" or "uid:gid");
     # None = the image's user. The container itself runs as the image's user.
     user: str | None = None
+    # The bash the persistent shell runs when the image has none (e.g. a static bash mounted in
+    # from the host); None: the image's own `bash` is required. Needs a POSIX `sh` in the image.
+    bash_fallback: str | None = None
+    gpus: int = Field(0, ge=0)  # NVIDIA GPUs reserved for the container (the engine needs the nvidia runtime)
     read_only_root: bool = False  # with a writable workdir and /tmp (tmpfs) unless a mount covers them
     mounts: list[Mount] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)

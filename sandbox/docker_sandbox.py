@@ -118,7 +118,11 @@ class Sandbox:
                                                 f"(expected a user of its /etc/passwd, or a numeric uid)")
 
     def _spawn_shell(self) -> AttachedProcess:
-        return AttachedProcess(self._client, self.container_id, SHELL_ARGV, user=self.config.user,
+        argv = SHELL_ARGV
+        if self.config.bash_fallback:  # the image's bash when it has one, else the fallback
+            argv = ["sh", "-c", 'command -v bash >/dev/null 2>&1 && exec bash "$@"; exec "$0" "$@"',
+                    self.config.bash_fallback, *SHELL_ARGV[1:]]
+        return AttachedProcess(self._client, self.container_id, argv, user=self.config.user,
                                workdir=self.config.workdir)
 
     def _put_shell_file(self, path: str, data: bytes) -> None:
@@ -357,6 +361,8 @@ def _create_container(client, config: SandboxConfig, egress: Egress | None = Non
             mem_limit=config.memory_bytes, memswap_limit=config.memory_bytes,
             nano_cpus=int(config.cpus * 1e9), pids_limit=config.pids_limit,
             cap_drop=["ALL"], cap_add=CAPABILITIES, security_opt=["no-new-privileges"],
+            device_requests=[docker.types.DeviceRequest(driver="nvidia", count=config.gpus, capabilities=[["gpu"]])]
+            if config.gpus else None,
         )
     except docker.errors.ImageNotFound as exc:
         hint = " (build it with `horizon sandbox build`)" if config.image.startswith("horizon/") else ""

@@ -8,7 +8,7 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evals.adapters.errors import TaskFileError, from_validation
 from evals.task import CollectHook, ImageSpec, Resources, RewardFileVerifier, ScriptSolution, Task, Timeouts
@@ -45,22 +45,70 @@ class AgentSection(_PhaseSection):
 class VerifierSection(_PhaseSection):
     timeout_sec: float = Field(600.0, gt=0)
     env: dict[str, str] = Field(default_factory=dict)
-    environment_mode: Literal["shared", "separate"] = "shared"
+    # Harbor: unset means "separate" when [verifier.environment] is given, else "shared".
+    environment_mode: Literal["shared", "separate"] | None = None
+    environment: "EnvironmentSection | None" = None  # the separate verifier's own environment
     collect: list[CollectHook] = Field(default_factory=list)
     artifacts: list[str] = Field(default_factory=list)
     network_mode: NetworkMode | None = None
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT])i?B?\s*$", re.I)
+_MB_PER_UNIT = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def size_to_mb(value: object) -> int:
+    """A size as Harbor writes it: "4G", "512M", "2048K" (binary units) or an integer of MB."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a size like '4G' or '512M', or an integer of MB, got {value!r}")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError(f"expected a positive number of MB, got {value!r}")
+        return value
+    m = _SIZE.match(str(value))
+    if not m:
+        raise ValueError(f"expected a size like '4G' or '512M', or an integer of MB, got {value!r}")
+    mb = int(float(m.group(1)) * _MB_PER_UNIT[m.group(2).upper()])
+    if mb <= 0:
+        raise ValueError(f"expected at least 1 MB, got {value!r}")
+    return mb
 
 
 class EnvironmentSection(_Section):
     build_timeout_sec: float = Field(600.0, gt=0)
     docker_image: str | None = None
     cpus: float = Field(1.0, gt=0)
+    # Harbor leaves memory unlimited when unset; the runner keeps its 2 GiB default for safety.
     memory_mb: int = Field(2048, gt=0)
+    storage_mb: int | None = Field(None, gt=0)
+    gpus: int = Field(0, ge=0)
+    gpu_types: list[str] | None = None
     workdir: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
-    network_mode: NetworkMode = "no-network"
+    # Harbor's default: internet on unless the task turns it off.
+    network_mode: NetworkMode = "public"
     allowed_hosts: list[str] = Field(default_factory=list)  # for network_mode = "allowlist"
     allow_internet: bool | None = None  # deprecated spelling of network_mode
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_sizes(cls, data):
+        """TB 2.0's `memory = "2G"` / `storage = "10G"` (Harbor's deprecated spellings) -> *_mb."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for old, new in (("memory", "memory_mb"), ("storage", "storage_mb")):
+            if old in data:
+                mb = size_to_mb(data.pop(old))
+                if new in data and size_to_mb(data[new]) != mb:
+                    raise ValueError(f"{old} = {mb} MB conflicts with {new} = {data[new]!r}")
+                data.setdefault(new, mb)
+            if isinstance(data.get(new), str):
+                data[new] = size_to_mb(data[new])
+        return data
+
+
+VerifierSection.model_rebuild()
 
 
 class TaskToml(_Section):
@@ -70,6 +118,7 @@ class TaskToml(_Section):
     verifier: VerifierSection = Field(default_factory=VerifierSection)
     environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
     artifacts: list[str] = Field(default_factory=list)
+    steps: list[dict] | None = None  # Harbor's multi-step tasks (refused below with a clear error)
 
 
 def is_harbor(folder: Path) -> bool:
@@ -84,13 +133,18 @@ def _read_toml(path: Path) -> dict:
 
 
 def _environment(folder: Path, env: EnvironmentSection) -> ImageSpec:
+    """Harbor's choice: `docker_image` is used as is (environment/Dockerfile, when present, is only
+    the fallback when that image cannot be had); otherwise environment/Dockerfile is built."""
     env_dir = folder / "environment"
-    if (env_dir / "Dockerfile").is_file():
-        return ImageSpec(context_dir=env_dir)
+    has_dockerfile = (env_dir / "Dockerfile").is_file()
     if env.docker_image:
-        return ImageSpec(image=env.docker_image)
+        return ImageSpec(image=env.docker_image, context_dir=env_dir if has_dockerfile else None)
+    if has_dockerfile:
+        return ImageSpec(context_dir=env_dir)
     if (env_dir / "docker-compose.yaml").is_file():
-        raise TaskFileError("environment/docker-compose.yaml", None, "compose environments are not supported")
+        raise TaskFileError("environment/docker-compose.yaml", "environment.docker_image",
+                            "a compose environment needs its main service's image: environment/Dockerfile "
+                            "or [environment] docker_image")
     raise TaskFileError("environment/Dockerfile", "environment.docker_image", "no Dockerfile and no prebuilt image")
 
 
@@ -98,8 +152,8 @@ def _network(env: EnvironmentSection, phase_mode: NetworkMode | None, phase: str
     """A phase's network as (network, allowed_hosts): its own network_mode, else the environment's."""
     mode = phase_mode or env.network_mode
     field = f"{phase}.network_mode" if phase_mode else "environment.network_mode"
-    if phase_mode is None and mode == "no-network" and env.allow_internet:
-        mode = "public"
+    if phase_mode is None and "network_mode" not in env.model_fields_set and env.allow_internet is not None:
+        mode = "public" if env.allow_internet else "no-network"  # the deprecated spelling, as Harbor reads it
     if mode != "allowlist":
         return mode == "public", []
     if not env.allowed_hosts:
@@ -132,6 +186,14 @@ def load_harbor(folder: Path, task_id: str) -> Task:
     tests = folder / "tests"
     if not (tests / "test.sh").is_file():
         raise TaskFileError("tests/test.sh", None, "missing: Harbor tasks are graded by tests/test.sh")
+    if spec.steps:
+        raise TaskFileError("task.toml", "steps", f"multi-step tasks ({len(spec.steps)} [[steps]]) are not supported "
+                                                  "by this runner yet; run them with Harbor itself")
+    verifier = spec.verifier
+    mode = verifier.environment_mode or ("separate" if verifier.environment is not None else "shared")
+    if mode == "shared" and verifier.environment is not None:
+        raise TaskFileError("task.toml", "verifier.environment_mode", "'shared' is incompatible with "
+                                                                     "[verifier.environment]: omit one of them")
     env = spec.environment
     _check_allowed_hosts(env)
     network, allowed_hosts = _network(env, spec.agent.network_mode, "agent")
@@ -139,15 +201,22 @@ def load_harbor(folder: Path, task_id: str) -> Task:
     # agent's (same container). Its own network_mode overrides either.
     if spec.verifier.network_mode:
         verifier_network, verifier_hosts = _network(env, spec.verifier.network_mode, "verifier")
-    elif spec.verifier.environment_mode == "shared":
+    elif mode == "shared":
         verifier_network, verifier_hosts = network, allowed_hosts
+    elif verifier.environment is not None and "network_mode" in verifier.environment.model_fields_set:
+        verifier_network, verifier_hosts = _network(verifier.environment, None, "verifier.environment")
     else:
         verifier_network, verifier_hosts = False, []
     verifier_image = ImageSpec(context_dir=tests) if (tests / "Dockerfile").is_file() else None
+    if verifier.environment is not None and verifier.environment.docker_image:
+        verifier_image = ImageSpec(image=verifier.environment.docker_image,
+                                   context_dir=tests if (tests / "Dockerfile").is_file() else None)
     solve = folder / "solution"
     solution = None
     if (solve / "solve.sh").is_file():
-        solution = ScriptSolution(source=solve, container_dir="/solution", entry="bash /solution/solve.sh")
+        # Harbor makes solve.sh executable and starts it directly: its shebang picks the shell.
+        solution = ScriptSolution(source=solve, container_dir="/solution",
+                                  entry="chmod +x /solution/solve.sh; /solution/solve.sh")
     return Task(
         id=task_id,
         format="harbor",
@@ -159,13 +228,13 @@ def load_harbor(folder: Path, task_id: str) -> Task:
         allowed_hosts=allowed_hosts,
         user=spec.agent.user,
         env=env.env,
-        resources=Resources(cpus=env.cpus, memory_mb=env.memory_mb),
+        resources=Resources(cpus=env.cpus, memory_mb=env.memory_mb, storage_mb=env.storage_mb, gpus=env.gpus),
         timeouts=Timeouts(
             build_sec=env.build_timeout_sec, agent_sec=spec.agent.timeout_sec, verifier_sec=spec.verifier.timeout_sec
         ),
         verifier=RewardFileVerifier(
             tests_dir=tests,
-            environment_mode=spec.verifier.environment_mode,
+            environment_mode=mode,
             verifier_image=verifier_image,
             env=spec.verifier.env,
             collect=spec.verifier.collect,
