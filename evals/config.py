@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 from typing import Literal
@@ -24,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from evals.image_policy import ImagePolicy, PullMode
 from sandbox import BASE_IMAGE
 
+OFFLINE_SUBSTITUTE_ENV = "HORIZON_EVAL_OFFLINE_SUBSTITUTE"
 NetworkOverride = Literal["task", "public", "no-network"]
 
 
@@ -39,7 +41,8 @@ class EvalConfig(BaseModel):
     images: dict[str, str] = Field(default_factory=dict)
     max_infra_retries: int = Field(2, ge=0, le=10)
     pull: PullMode = "missing"
-    offline_substitute: bool = False
+    # $HORIZON_EVAL_OFFLINE_SUBSTITUTE=1 turns it on by default (offline machines, the test suite).
+    offline_substitute: bool = Field(default_factory=lambda: os.environ.get(OFFLINE_SUBSTITUTE_ENV) == "1")
     network: NetworkOverride = "task"  # a run-wide override of every task's agent-phase network
     base_image: str = BASE_IMAGE
     agent: dict = Field(default_factory=dict)

@@ -89,6 +89,18 @@ def _invalid_result(err: TaskLoadError, agent: str) -> TrialResult:
                        details={"file": err.file, "field": err.field, "message": err.message, "source": str(err.source)})
 
 
+def with_network_override(task: Task, mode: str) -> Task:
+    """`--network public|no-network`: the agent phase's network for every task (and a shared
+    verifier's, which runs in the same container); "task" keeps each task's own."""
+    if mode == "task":
+        return task
+    on = mode == "public"
+    update: dict = {"network": on, "allowed_hosts": []}
+    if getattr(task.verifier, "environment_mode", None) == "shared":
+        update["verifier"] = task.verifier.model_copy(update={"network": on, "allowed_hosts": []})
+    return task.model_copy(update=update)
+
+
 def _run_with_retries(task: Task, agent: EvalAgent, engine: Engine, out_dir: Path, attempt: int,
                       options: RunOptions, retries: int, run_label: str,
                       stopping: threading.Event | None = None) -> TrialResult:
@@ -136,7 +148,7 @@ def _run_eval(path: Path, options: RunOptions, config: EvalConfig, agent: EvalAg
         if (err.id, 0) not in done:
             results.append(_invalid_result(err, options.agent))
             log.error("invalid task %s", err)
-    tasks = [t for t in loaded if isinstance(t, Task)]
+    tasks = [with_network_override(t, config.network) for t in loaded if isinstance(t, Task)]
     pending = [(t, a) for t in tasks for a in range(options.attempts) if (t.id, a) not in done]
     engines = make_engines(config)
     run_label = f"{options.agent}-{uuid.uuid4().hex[:8]}"

@@ -106,7 +106,8 @@ def test_docker_image_is_used_as_is_and_the_dockerfile_is_only_the_fallback(eval
     assert any("horizon-test/never-pushed:1" in n and "falling back to environment/Dockerfile" in n
                for n in summary.image_fallbacks), summary.image_fallbacks
     # --pull always: the registry is the only source, and its failure names the image.
-    summary, rows = _run(suite, tmp_path / "always", "oracle", pull="always", max_infra_retries=0)
+    summary, rows = _run(suite, tmp_path / "always", "oracle", pull="always", offline_substitute=False,
+                         max_infra_retries=0)
     for row in rows.values():
         assert row["status"] == "error" and row["error_class"] == "image_unavailable" and row["retries"] == 0
         assert "pulling image" in row["error"]
@@ -118,7 +119,7 @@ def test_unpullable_base_needs_offline_substitute_and_is_then_not_comparable(eva
     suite = tmp_path / "suite"
     harbor_task(suite, "py", toml=TOML.format(environment='network_mode = "no-network"'), solve=SOLVE, test=TEST,
                 dockerfile="FROM python:3.13-slim-bookworm\nWORKDIR /app\n")
-    summary, rows = _run(suite, tmp_path / "default", "oracle")
+    summary, rows = _run(suite, tmp_path / "default", "oracle", offline_substitute=False)
     assert rows["py"]["error_class"] == "image_unavailable" and rows["py"]["retries"] == 0
     assert "'python:3.13-slim-bookworm'" in rows["py"]["error"] and "--offline-substitute" in rows["py"]["error"]
     summary, rows = _run(suite, tmp_path / "subst", "oracle", offline_substitute=True)
