@@ -18,7 +18,7 @@ Status = Literal["resolved", "failed", "error"]
 
 # Error classes. Infrastructure classes are retried and never count as the agent's failure.
 INFRA_ERRORS = {"build_failed", "build_timeout", "image_unavailable", "sandbox_error", "verifier_crashed", "task_invalid",
-                "internal_error", "agent_setup_failed", "gpu_unavailable", "verifier_environment"}
+                "internal_error", "agent_setup_failed", "gpu_unavailable", "verifier_environment", "compose_failed"}
 # Only what a second try can fix. A missing image, a tool that cannot be installed, a missing GPU or
 # a verifier that could not fetch its packages under the same network policy fail the same way again.
 RETRYABLE = {"build_failed", "sandbox_error", "verifier_crashed"}

@@ -186,6 +186,8 @@ class Task(_Model):
     verifier: Verifier
     solution: Solution | None = None
     terminal: bool = False  # Terminal-Bench: the agent acts through a tmux session
+    # environment/docker-compose.yaml: its other services run beside the agent's container (evals/compose.py)
+    compose_file: Path | None = None
     metadata: dict[str, object] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evals.agents.base import AgentContext, AgentOutcome, EvalAgent
+from evals.compose import ComposeError, ComposeProject
 from evals.container_tools import TOOLBOX_BASH, TOOLBOX_MOUNT, ToolSetupFailed, ensure_tmux, host_toolbox
 from evals.graders.base import Grade, GradeContext, VerifierCrashed, grade_task
 from evals.graders.verifier_environment import VerifierEnvironmentFailed
@@ -94,7 +95,7 @@ class Trial:
 
     def _config(self, image: str, workdir: str, env: dict[str, str] | None = None, network: bool = False,
                 memory_mb: int | None = None, allowed_hosts: list[str] | None = None,
-                user: str | None = None) -> SandboxConfig:
+                user: str | None = None, docker_network: str | None = None) -> SandboxConfig:
         r = self.task.resources
         toolbox = self._toolbox()
         return SandboxConfig(
@@ -103,6 +104,7 @@ class Trial:
             memory=f"{memory_mb or r.memory_mb}m", cpus=r.cpus, pids_limit=r.pids_limit, gpus=r.gpus,
             mounts=[Mount(source=str(toolbox), target=TOOLBOX_MOUNT, read_only=True)] if toolbox else [],
             bash_fallback=TOOLBOX_BASH if toolbox and (toolbox / "bin" / "bash").is_file() else None,
+            docker_network=docker_network, network_aliases=["main"] if docker_network else [],
             labels={"dev.horizon.eval.task": self.task.id[:60], "dev.horizon.eval.run": self.run_label[:60]},
             docker_host=self.engine.docker_host,
         )
@@ -195,10 +197,31 @@ class Trial:
                                                  f"{prepared.output.strip()[:500]}")
         return view
 
-    def _start_agent_sandbox(self, tag: str, workdir: str):
+    @contextlib.contextmanager
+    def _side_services(self, tag: str):
+        """The compose project of a task's environment/docker-compose.yaml: its network's name, or None."""
+        if self.task.compose_file is None:
+            yield None
+            return
+        started = time.monotonic()
+        try:
+            project = ComposeProject(self.task.compose_file, main_image=tag, internet=self.task.network,
+                                     docker_host=self.engine.docker_host, pull=self.engine.builder.policy.pull,
+                                     label=self.task.id[:20])
+            network = project.__enter__()
+        except ComposeError as exc:
+            raise InfraError("compose_failed", str(exc)) from exc
+        finally:
+            self.phase_seconds["compose"] = time.monotonic() - started
+        try:
+            yield network
+        finally:
+            project.__exit__(None, None, None)
+
+    def _start_agent_sandbox(self, tag: str, workdir: str, docker_network: str | None = None):
         task = self.task
         config = self._config(tag, workdir, env=task.env, network=task.network, allowed_hosts=task.allowed_hosts,
-                              user=task.user)
+                              user=task.user, docker_network=docker_network)
         try:
             sb = Sandbox.start(config)
         except UnknownUser as exc:
@@ -279,7 +302,7 @@ class Trial:
             self._check_gpus()
             tag = self._build()
             workdir = self._workdir(tag)
-            with self._start_agent_sandbox(tag, workdir) as sb:
+            with self._side_services(tag) as network, self._start_agent_sandbox(tag, workdir, network) as sb:
                 outcome = self._run_agent(sb, workdir)
                 grade = self._grade(sb, tag)
         except InfraError as exc:

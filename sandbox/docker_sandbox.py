@@ -333,9 +333,18 @@ def _raise_start_error(exc: BaseException, config: SandboxConfig):
 
 
 def _network_mode(config: SandboxConfig, egress: Egress | None) -> str:
+    if config.docker_network:
+        return config.docker_network
     if egress is not None:
         return egress.network_name
     return "bridge" if config.network is NetworkMode.FULL else "none"
+
+
+def _network_kwargs(client, config: SandboxConfig, egress: Egress | None) -> dict:
+    if config.docker_network:  # a network someone else made (a compose project's), under aliases
+        return {"network": config.docker_network, "networking_config": {
+            config.docker_network: client.api.create_endpoint_config(aliases=config.network_aliases or None)}}
+    return {"network_mode": _network_mode(config, egress)}
 
 
 def _create_container(client, config: SandboxConfig, egress: Egress | None = None):
@@ -354,7 +363,7 @@ def _create_container(client, config: SandboxConfig, egress: Egress | None = Non
             config.image, command=["sleep", "infinity"], name=f"horizon-sb-{secrets.token_hex(6)}",
             init=True, detach=True, hostname="sandbox", working_dir=config.workdir, environment=env,
             labels=labels, mounts=mounts, tmpfs=tmpfs, read_only=config.read_only_root,
-            network_mode=_network_mode(config, egress),
+            **_network_kwargs(client, config, egress),
             # Names are resolved by the proxy; the internal network's resolver never answers for
             # outside names, so make a tool that asks it fail in ~2 s instead of 20.
             dns_opt=["timeout:1", "attempts:1"] if egress is not None else None,

@@ -148,6 +148,16 @@ def _environment(folder: Path, env: EnvironmentSection) -> ImageSpec:
     raise TaskFileError("environment/Dockerfile", "environment.docker_image", "no Dockerfile and no prebuilt image")
 
 
+def _compose_file(folder: Path, allowed_hosts: list[str]) -> Path | None:
+    path = folder / "environment" / "docker-compose.yaml"
+    if not path.is_file():
+        return None
+    if allowed_hosts:
+        raise TaskFileError("task.toml", "environment.network_mode", "'allowlist' together with "
+                            "environment/docker-compose.yaml is not supported: use 'public' or 'no-network'")
+    return path
+
+
 def _network(env: EnvironmentSection, phase_mode: NetworkMode | None, phase: str) -> tuple[bool, list[str]]:
     """A phase's network as (network, allowed_hosts): its own network_mode, else the environment's."""
     mode = phase_mode or env.network_mode
@@ -245,5 +255,6 @@ def load_harbor(folder: Path, task_id: str) -> Task:
         ),
         solution=solution,
         terminal=True,
+        compose_file=_compose_file(folder, allowed_hosts),
         metadata={"task": spec.task, **spec.metadata},
     )

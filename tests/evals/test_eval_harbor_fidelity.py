@@ -153,3 +153,26 @@ def test_task_needing_gpus_is_refused_clearly_without_them(eval_docker, tmp_path
     _, rows = _run(suite, tmp_path / "out", "oracle")
     assert rows["gpu"]["error_class"] == "gpu_unavailable" and rows["gpu"]["retries"] == 0
     assert "gpus = 1" in rows["gpu"]["error"] and "NVIDIA runtime" in rows["gpu"]["error"]
+
+
+def test_compose_task_with_a_second_service_runs(eval_docker, tmp_path):
+    compose = f"""services:
+  main:
+    environment:
+      - SERVICE_URL=http://web:8080
+  web:
+    image: {BASE_IMAGE}
+    command: ["sh", "-c", "mkdir -p /srv && echo compose-secret > /srv/secret.txt && cd /srv && exec python3 -m http.server 8080"]
+"""
+    solve = ("#!/bin/bash\nfor i in $(seq 50); do curl -sf http://web:8080/secret.txt > /app/out.txt && break; sleep 0.2; done\n")
+    test = ("#!/bin/sh\nif [ \"$(cat /app/out.txt 2>/dev/null)\" = compose-secret ]; then echo 1; else echo 0; fi"
+            " > /logs/verifier/reward.txt\n")
+    suite = tmp_path / "suite"
+    harbor_task(suite, "compose", toml=TOML.format(environment='network_mode = "no-network"'), solve=solve, test=test,
+                dockerfile=f"FROM {BASE_IMAGE}\nWORKDIR /app\n", files={"environment/docker-compose.yaml": compose})
+    _, rows = _run(suite, tmp_path / "oracle", "oracle", max_infra_retries=0)
+    assert rows["compose"]["status"] == "resolved", rows["compose"]
+    _, rows = _run(suite, tmp_path / "nop", "nop", max_infra_retries=0)
+    assert rows["compose"]["status"] == "failed", rows["compose"]
+    left = eval_docker.containers.list(all=True, filters={"label": "com.docker.compose.service=web"})
+    assert not [c for c in left if c.labels.get("com.docker.compose.project", "").startswith("hz-compose")]
