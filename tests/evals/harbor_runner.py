@@ -48,3 +48,56 @@ if __name__ == "__main__":
     from sandbox.docker_client import connect
 
     print(ensure_runner_image(connect()))
+
+
+HARBOR_VERSION = "0.26.0"
+HARBOR_IMAGE = f"horizon-test/harbor-runner:harbor-{HARBOR_VERSION}"
+HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
+
+
+def ensure_harbor_image(client) -> str:
+    """The runner with `harbor` from PyPI in /opt/harbor (the engine's network reaches PyPI)."""
+    import docker
+
+    try:
+        client.images.get(HARBOR_IMAGE)
+        return HARBOR_IMAGE
+    except docker.errors.ImageNotFound:
+        pass
+    base = ensure_runner_image(client)
+    container = client.containers.run(
+        base, ["sh", "-c", f"python3 -m venv /opt/harbor && /opt/harbor/bin/pip install -q harbor=={HARBOR_VERSION}"],
+        detach=True, network_mode="bridge", environment={"PIP_CERT": "/etc/ssl/certs/host-ca.crt"},
+        volumes={HOST_CA: {"bind": "/etc/ssl/certs/host-ca.crt", "mode": "ro"}})
+    try:
+        status = container.wait(timeout=900)
+        if status.get("StatusCode") != 0:
+            raise RuntimeError(f"pip install harbor failed: {container.logs().decode()[-2000:]}")
+        repo, _, tag = HARBOR_IMAGE.rpartition(":")
+        container.commit(repository=repo, tag=tag)
+    finally:
+        container.remove(force=True)
+    return HARBOR_IMAGE
+
+
+def harbor_run(client, project: Path, work: Path, args: list[str], timeout: int = 900) -> str:
+    """`harbor ARGS` in the runner, on this host's engine: `work` and the project at their own paths
+    (Harbor bind-mounts trial folders by host path), the wheelhouse cache kept between runs."""
+    image = ensure_harbor_image(client)
+    cache = Path(cache_dir()) / "harbor-wheelhouse"
+    cache.mkdir(parents=True, exist_ok=True)
+    container = client.containers.run(
+        image, ["/opt/harbor/bin/harbor", *args], detach=True, network_mode="bridge", working_dir=str(work),
+        environment={"PYTHONPATH": str(project), "PIP_CERT": "/etc/ssl/certs/host-ca.crt", "COLUMNS": "160"},
+        volumes={"/var/run/docker.sock": {"bind": "/var/run/docker.sock", "mode": "rw"},
+                 str(work): {"bind": str(work), "mode": "rw"}, str(project): {"bind": str(project), "mode": "ro"},
+                 HOST_CA: {"bind": "/etc/ssl/certs/host-ca.crt", "mode": "ro"},
+                 str(cache): {"bind": "/root/.cache/horizon/harbor-wheelhouse", "mode": "rw"}})
+    try:
+        status = container.wait(timeout=timeout)
+        logs = container.logs().decode(errors="replace")
+        if status.get("StatusCode") != 0:
+            raise RuntimeError(f"harbor {' '.join(args)} exited {status.get('StatusCode')}:\n{logs[-3000:]}")
+        return logs
+    finally:
+        container.remove(force=True)
