@@ -170,6 +170,19 @@ Solution = Annotated[
 ]
 
 
+class TaskStep(_Model):
+    """One step of a Harbor multi-step task (`[[steps]]`, files under steps/<name>/): its own
+    instruction, reference solution and verifier, run in order in the same container."""
+
+    name: str
+    instruction: str = Field(min_length=1)
+    solution: Solution | None = None
+    verifier: Verifier
+    agent_sec: float | None = Field(None, gt=0)  # None: the task's agent timeout
+    workdir_files: Path | None = None  # steps/<name>/workdir: copied into the workdir first (setup.sh run)
+    min_reward: float | dict[str, float] | None = None  # below it, the remaining steps are skipped
+
+
 class Task(_Model):
     id: str
     format: TaskFormat
@@ -188,6 +201,8 @@ class Task(_Model):
     terminal: bool = False  # Terminal-Bench: the agent acts through a tmux session
     # environment/docker-compose.yaml: its other services run beside the agent's container (evals/compose.py)
     compose_file: Path | None = None
+    steps: list[TaskStep] = Field(default_factory=list)  # Harbor multi-step tasks (evals/multi_step.py)
+    multi_step_reward_strategy: Literal["mean", "final"] = "mean"
     metadata: dict[str, object] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -20,6 +20,7 @@ from evals.graders.base import Grade, GradeContext, VerifierCrashed, grade_task
 from evals.graders.verifier_environment import VerifierEnvironmentFailed
 from evals.image_policy import ImageUnavailable
 from evals.images import ImageBuilder
+from evals.multi_step import run_steps
 from evals.results import TrialResult
 from evals.task import Task
 from evals.tmux import TerminalError, TmuxSession
@@ -303,8 +304,11 @@ class Trial:
             tag = self._build()
             workdir = self._workdir(tag)
             with self._side_services(tag) as network, self._start_agent_sandbox(tag, workdir, network) as sb:
-                outcome = self._run_agent(sb, workdir)
-                grade = self._grade(sb, tag)
+                if self.task.steps:
+                    outcome, grade = run_steps(self, sb, tag, workdir)
+                else:
+                    outcome = self._run_agent(sb, workdir)
+                    grade = self._grade(sb, tag)
         except InfraError as exc:
             return self._result(started_at, "error", outcome, error_class=exc.error_class, error=str(exc))
         except (SandboxError, TerminalError) as exc:

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evals.adapters.errors import TaskFileError, from_validation
-from evals.task import CollectHook, ImageSpec, Resources, RewardFileVerifier, ScriptSolution, Task, Timeouts
+from evals.task import CollectHook, ImageSpec, Resources, RewardFileVerifier, ScriptSolution, Task, TaskStep, Timeouts
 from sandbox.egress_hosts import parse_allowed_host
 
 NetworkMode = Literal["no-network", "public", "allowlist"]
@@ -111,6 +111,13 @@ class EnvironmentSection(_Section):
 VerifierSection.model_rebuild()
 
 
+class StepSection(_Section):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    agent: AgentSection = Field(default_factory=AgentSection)
+    verifier: VerifierSection = Field(default_factory=VerifierSection)
+    min_reward: float | dict[str, float] | None = None
+
+
 class TaskToml(_Section):
     task: dict = Field(default_factory=dict)
     metadata: dict = Field(default_factory=dict)
@@ -118,7 +125,8 @@ class TaskToml(_Section):
     verifier: VerifierSection = Field(default_factory=VerifierSection)
     environment: EnvironmentSection = Field(default_factory=EnvironmentSection)
     artifacts: list[str] = Field(default_factory=list)
-    steps: list[dict] | None = None  # Harbor's multi-step tasks (refused below with a clear error)
+    steps: list[StepSection] | None = None  # Harbor's multi-step tasks
+    multi_step_reward_strategy: Literal["mean", "final"] | None = None
 
 
 def is_harbor(folder: Path) -> bool:
@@ -181,6 +189,36 @@ def _check_allowed_hosts(env: EnvironmentSection) -> None:
                                 str(exc).removeprefix("allowed_hosts: ")) from None
 
 
+def _steps(folder: Path, spec: TaskToml, verifier: RewardFileVerifier, solution) -> list[TaskStep]:
+    """Harbor's [[steps]]: steps/<name>/instruction.md, and its own tests/ and solution/ when present
+    (else the task's), run in order in one container."""
+    steps = []
+    seen: set[str] = set()
+    for i, step in enumerate(spec.steps or []):
+        if step.name.lower() in seen:
+            raise TaskFileError("task.toml", f"steps[{i}].name", f"duplicate step name {step.name!r}")
+        seen.add(step.name.lower())
+        root = folder / "steps" / step.name
+        instruction = root / "instruction.md"
+        if not instruction.is_file():
+            raise TaskFileError(f"steps/{step.name}/instruction.md", f"steps[{i}]", "missing: every step has its own prompt")
+        tests = root / "tests"
+        step_verifier = verifier
+        if (tests / "test.sh").is_file():
+            step_verifier = verifier.model_copy(update={"tests_dir": tests})
+        elif not (verifier.tests_dir / "test.sh").is_file():
+            raise TaskFileError(f"steps/{step.name}/tests/test.sh", f"steps[{i}]", "missing, and the task has no tests/test.sh")
+        step_solution = solution
+        if (root / "solution" / "solve.sh").is_file():
+            step_solution = ScriptSolution(source=root / "solution", container_dir="/solution",
+                                           entry="chmod +x /solution/solve.sh; /solution/solve.sh")
+        steps.append(TaskStep(
+            name=step.name, instruction=instruction.read_text(encoding="utf-8").strip(), solution=step_solution,
+            verifier=step_verifier, agent_sec=step.agent.timeout_sec if "timeout_sec" in step.agent.model_fields_set else None,
+            workdir_files=root / "workdir" if (root / "workdir").is_dir() else None, min_reward=step.min_reward))
+    return steps
+
+
 def load_harbor(folder: Path, task_id: str) -> Task:
     raw = _read_toml(folder / "task.toml")
     try:
@@ -188,17 +226,16 @@ def load_harbor(folder: Path, task_id: str) -> Task:
     except ValidationError as exc:
         raise from_validation("task.toml", exc) from exc
     instruction_file = folder / "instruction.md"
-    if not instruction_file.is_file():
+    multi_step = bool(spec.steps)  # each step has its own instruction (and maybe tests)
+    if not instruction_file.is_file() and not multi_step:
         raise TaskFileError("instruction.md", None, "missing: Harbor tasks carry their prompt in instruction.md")
-    instruction = instruction_file.read_text(encoding="utf-8").strip()
+    instruction = instruction_file.read_text(encoding="utf-8").strip() if instruction_file.is_file() else \
+        f"multi-step task: {len(spec.steps)} steps"
     if not instruction:
         raise TaskFileError("instruction.md", None, "empty instruction")
     tests = folder / "tests"
-    if not (tests / "test.sh").is_file():
+    if not (tests / "test.sh").is_file() and not multi_step:
         raise TaskFileError("tests/test.sh", None, "missing: Harbor tasks are graded by tests/test.sh")
-    if spec.steps:
-        raise TaskFileError("task.toml", "steps", f"multi-step tasks ({len(spec.steps)} [[steps]]) are not supported "
-                                                  "by this runner yet; run them with Harbor itself")
     verifier = spec.verifier
     mode = verifier.environment_mode or ("separate" if verifier.environment is not None else "shared")
     if mode == "shared" and verifier.environment is not None:
@@ -227,6 +264,17 @@ def load_harbor(folder: Path, task_id: str) -> Task:
         # Harbor makes solve.sh executable and starts it directly: its shebang picks the shell.
         solution = ScriptSolution(source=solve, container_dir="/solution",
                                   entry="chmod +x /solution/solve.sh; /solution/solve.sh")
+    main_verifier = RewardFileVerifier(
+        tests_dir=tests,
+        environment_mode=mode,
+        verifier_image=verifier_image,
+        env=spec.verifier.env,
+        collect=spec.verifier.collect,
+        artifacts=spec.verifier.artifacts or spec.artifacts,
+        user=spec.verifier.user,
+        network=verifier_network,
+        allowed_hosts=verifier_hosts,
+    )
     return Task(
         id=task_id,
         format="harbor",
@@ -242,18 +290,10 @@ def load_harbor(folder: Path, task_id: str) -> Task:
         timeouts=Timeouts(
             build_sec=env.build_timeout_sec, agent_sec=spec.agent.timeout_sec, verifier_sec=spec.verifier.timeout_sec
         ),
-        verifier=RewardFileVerifier(
-            tests_dir=tests,
-            environment_mode=mode,
-            verifier_image=verifier_image,
-            env=spec.verifier.env,
-            collect=spec.verifier.collect,
-            artifacts=spec.verifier.artifacts or spec.artifacts,
-            user=spec.verifier.user,
-            network=verifier_network,
-            allowed_hosts=verifier_hosts,
-        ),
+        verifier=main_verifier,
         solution=solution,
+        steps=_steps(folder, spec, main_verifier, solution),
+        multi_step_reward_strategy=spec.multi_step_reward_strategy or "mean",
         terminal=True,
         compose_file=_compose_file(folder, allowed_hosts),
         metadata={"task": spec.task, **spec.metadata},

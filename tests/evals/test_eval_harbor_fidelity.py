@@ -176,3 +176,30 @@ def test_compose_task_with_a_second_service_runs(eval_docker, tmp_path):
     assert rows["compose"]["status"] == "failed", rows["compose"]
     left = eval_docker.containers.list(all=True, filters={"label": "com.docker.compose.service=web"})
     assert not [c for c in left if c.labels.get("com.docker.compose.project", "").startswith("hz-compose")]
+
+
+def test_multi_step_task_runs_its_steps_in_one_container(eval_docker, tmp_path):
+    image = debian_without_tmux(eval_docker)
+    toml = (f'version = "1.0"\nmulti_step_reward_strategy = "mean"\n[agent]\ntimeout_sec = 120\n'
+            f'[environment]\ndocker_image = "{image}"\nnetwork_mode = "no-network"\n'
+            '[[steps]]\nname = "write"\nmin_reward = 1.0\n[[steps]]\nname = "append"\n')
+    suite = tmp_path / "suite"
+    folder = harbor_task(suite, "steps", toml=toml, solve="#!/bin/sh\ntrue\n", test=TEST, files={
+        "steps/write/instruction.md": "Write hello to /app/out.txt.\n",
+        "steps/write/solution/solve.sh": SOLVE,
+        "steps/append/instruction.md": "Append world to /app/out.txt.\n",
+        "steps/append/workdir/setup.sh": "echo prepared > /app/prepared.txt\n",
+        "steps/append/solution/solve.sh": "#!/bin/sh\necho world >> /app/out.txt\n",
+        "steps/append/tests/test.sh": ("#!/bin/sh\n[ -f /app/prepared.txt ] && [ \"$(cat /app/out.txt)\" = \"$(printf 'hello\\nworld')\" ]"
+                                       " && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"),
+    })
+    (folder / "instruction.md").unlink()
+    summary, rows = _run(suite, tmp_path / "oracle", "oracle", max_infra_retries=0)
+    row = rows["steps"]
+    assert row["status"] == "resolved", row
+    assert [(s["name"], s["reward"]) for s in row["details"]["steps"]] == [("write", 1.0), ("append", 1.0)]
+    _, rows = _run(suite, tmp_path / "nop", "nop", max_infra_retries=0)
+    row = rows["steps"]
+    assert row["status"] == "failed" and row["reward"] == 0.0
+    # the first step's min_reward stops the trial: the second step is never run
+    assert [s["name"] for s in row["details"]["steps"]] == ["write"] and "below min_reward" in row["details"]["steps"][0]["stopped"]
