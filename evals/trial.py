@@ -247,11 +247,15 @@ class Trial:
         terminal = None
         if self.task.terminal:
             # Agent setup, as Harbor's agents do it: tmux into the image when it has none.
+            setup_started = time.monotonic()
             try:
                 self.notes += ensure_tmux(sb, self.task.network, self._toolbox() is not None)
                 terminal = TmuxSession(sb, "agent", workdir).start()
             except (ToolSetupFailed, TerminalError) as exc:
                 raise InfraError("agent_setup_failed", f"{type(exc).__name__}: {exc}") from exc
+            finally:
+                self.phase_seconds["agent_setup"] = self.phase_seconds.get("agent_setup", 0.0) + \
+                    time.monotonic() - setup_started
         ctx = AgentContext(task=self.task, sandbox=sb, terminal=terminal,
                            deadline=time.monotonic() + self.timeouts.agent_sec, log_dir=self.trial_dir,
                            workdir=workdir)

@@ -203,3 +203,14 @@ def test_multi_step_task_runs_its_steps_in_one_container(eval_docker, tmp_path):
     assert row["status"] == "failed" and row["reward"] == 0.0
     # the first step's min_reward stops the trial: the second step is never run
     assert [s["name"] for s in row["details"]["steps"]] == ["write"] and "below min_reward" in row["details"]["steps"][0]["stopped"]
+
+
+def test_tmux_comes_from_the_images_package_manager_when_the_task_has_network(eval_docker, tmp_path):
+    # Harbor's default network (public): apt-get installs tmux, as Harbor's agents do at setup.
+    suite = tmp_path / "suite"
+    harbor_task(suite, "apt", toml=TOML.format(environment=f'docker_image = "{debian_without_tmux(eval_docker)}"'),
+                solve=SOLVE, test=TEST)
+    _, rows = _run(suite, tmp_path / "out", "oracle", max_infra_retries=0)
+    assert rows["apt"]["status"] == "resolved", rows["apt"]
+    assert "tmux was not in the image: installed with apt-get" in rows["apt"]["notes"]
+    assert rows["apt"]["phase_seconds"]["agent_setup"] > 0
