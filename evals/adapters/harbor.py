@@ -3,6 +3,7 @@ environment/, solution/solve.sh, tests/test.sh writing /logs/verifier/reward.txt
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -156,6 +157,26 @@ def _environment(folder: Path, env: EnvironmentSection) -> ImageSpec:
     raise TaskFileError("environment/Dockerfile", "environment.docker_image", "no Dockerfile and no prebuilt image")
 
 
+_TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?\}")
+
+
+def _resolve_env(env: dict[str, str], field: str) -> dict[str, str]:
+    """Harbor's env templates: a whole value "${VAR}" or "${VAR:-default}" comes from this host's environment."""
+    out = {}
+    for key, value in env.items():
+        m = _TEMPLATE.fullmatch(value)
+        if not m:
+            out[key] = value
+        elif m.group(1) in os.environ:
+            out[key] = os.environ[m.group(1)]
+        elif m.group(2) is not None:
+            out[key] = m.group(2)
+        else:
+            raise TaskFileError("task.toml", f"{field}.{key}", f"{value} needs ${m.group(1)} set on this host "
+                                                               f"(or a default: ${{{m.group(1)}:-value}})")
+    return out
+
+
 def _compose_file(folder: Path, allowed_hosts: list[str]) -> Path | None:
     path = folder / "environment" / "docker-compose.yaml"
     if not path.is_file():
@@ -268,7 +289,8 @@ def load_harbor(folder: Path, task_id: str) -> Task:
         tests_dir=tests,
         environment_mode=mode,
         verifier_image=verifier_image,
-        env=spec.verifier.env,
+        env=_resolve_env({**(verifier.environment.env if verifier.environment else {}), **spec.verifier.env},
+                         "verifier.env"),
         collect=spec.verifier.collect,
         artifacts=spec.verifier.artifacts or spec.artifacts,
         user=spec.verifier.user,
@@ -285,7 +307,7 @@ def load_harbor(folder: Path, task_id: str) -> Task:
         network=network,
         allowed_hosts=allowed_hosts,
         user=spec.agent.user,
-        env=env.env,
+        env=_resolve_env(env.env, "environment.env"),
         resources=Resources(cpus=env.cpus, memory_mb=env.memory_mb, storage_mb=env.storage_mb, gpus=env.gpus),
         timeouts=Timeouts(
             build_sec=env.build_timeout_sec, agent_sec=spec.agent.timeout_sec, verifier_sec=spec.verifier.timeout_sec
