@@ -46,6 +46,8 @@ class Summary(BaseModel):
     image_sources: dict[str, int] = Field(default_factory=dict)
     comparable: bool = True
     image_fallbacks: list[str] = Field(default_factory=list)
+    # One example message per infrastructure error class, so the console says what went wrong.
+    error_examples: dict[str, str] = Field(default_factory=dict)
 
 
 def summarize(results: list[TrialResult], agent: str) -> Summary:
@@ -96,6 +98,8 @@ def summarize(results: list[TrialResult], agent: str) -> Summary:
         image_sources=dict(sorted(Counter(i["source"] for r in results for i in r.images).items())),
         comparable=all(r.comparable for r in results),
         image_fallbacks=sorted({n for r in results for n in r.notes if _is_image_fallback(n)}),
+        error_examples={c: next(f"{r.task_id}: {r.error}" for r in results if r.status == "error"
+                                and (r.error_class or "unknown") == c) for c in sorted(errors) if not c.startswith("agent:")},
     )
 
 
@@ -121,4 +125,6 @@ def render_table(summary: Summary) -> str:
         rows.append(f"image fallback: {note}")
     if summary.error_classes:
         rows.append("error classes: " + ", ".join(f"{k}={v}" for k, v in summary.error_classes.items()))
+    for cls, example in summary.error_examples.items():
+        rows.append(f"  {cls}: {example[:400]}")
     return "\n".join(rows)

@@ -214,3 +214,19 @@ def test_tmux_comes_from_the_images_package_manager_when_the_task_has_network(ev
     assert rows["apt"]["status"] == "resolved", rows["apt"]
     assert "tmux was not in the image: installed with apt-get" in rows["apt"]["notes"]
     assert rows["apt"]["phase_seconds"]["agent_setup"] > 0
+
+
+def test_cli_pull_always_without_a_registry_names_the_image(eval_docker, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    suite = tmp_path / "suite"
+    harbor_task(suite, "remote", toml=TOML.format(environment='docker_image = "horizon-test/only-in-a-registry:7"'),
+                solve=SOLVE, test=TEST)
+    proc = subprocess.run([sys.executable, "-m", "agent.cli.main", "eval", str(suite), "--pull", "always", "--quiet",
+                           "--out", str(tmp_path / "out")], cwd=root, capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert "image_unavailable=1" in proc.stdout, proc.stdout + proc.stderr
+    assert "pulling image 'horizon-test/only-in-a-registry:7' failed" in proc.stdout
