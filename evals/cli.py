@@ -44,6 +44,13 @@ def register(subparsers) -> None:
     p.add_argument("--filter", action="append", default=[], metavar="GLOB", help="only task ids matching GLOB (repeatable)")
     p.add_argument("--resume", action="store_true", help="skip trials already in OUT/results.jsonl")
     p.add_argument("--config", type=Path, help="eval config TOML (engines, image substitutions, retries, agent)")
+    p.add_argument("--pull", choices=["always", "missing", "never"],
+                   help="pull images: always, only when missing locally (default), or never")
+    p.add_argument("--offline-substitute", action="store_true", default=None,
+                   help="run base images that cannot be had (python:*, ubuntu:*, debian:*, t-bench) on the Horizon "
+                        "base; the score is then marked not comparable")
+    p.add_argument("--network", choices=["task", "public", "no-network"],
+                   help="the agent phase's network for every task (default: each task format's own default)")
     p.add_argument("--quiet", action="store_true", help="no live progress")
     p.set_defaults(func=main)
 
@@ -61,6 +68,9 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"horizon eval: {exc}", file=sys.stderr)
         return 2
+    overrides = {k: v for k, v in (("pull", args.pull), ("offline_substitute", args.offline_substitute),
+                                   ("network", args.network)) if v is not None}
+    config = config.model_copy(update=overrides)
     validate = args.path[0] == "validate" and len(args.path) == 2
     if len(args.path) != 1 and not validate:
         print("horizon eval: expected PATH or `validate PATH`", file=sys.stderr)

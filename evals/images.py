@@ -1,64 +1,63 @@
-"""Task images: assemble the build context, map unpullable base images, build once per content hash.
+"""Task images: assemble the build context, resolve base images by the run's `ImagePolicy`, build
+once per content hash.
 
-Nothing is ever pulled here, yet real task Dockerfiles start `FROM` Docker Hub or GHCR images
-(`ghcr.io/laude-institute/t-bench/python-3-13`, `python:3.13-slim-bookworm`, `ubuntu:24.04`...).
-`ImageMap` rewrites such FROM lines to a local image built from the Horizon base — the default
-mapping below, overridable in the eval config's `[images]` table (pattern = target, fnmatch-style,
-first match wins, an empty target disables a default). Every substitution is logged as a warning
-and recorded in the trial's result, because a task may behave differently on another base.
+A spec names a prebuilt image (`ImageSpec.image`), a build context, or both (a Harbor task whose
+`docker_image` is used as is, with environment/Dockerfile built only when that image cannot be had,
+Harbor's own fallback). Every `FROM` image of a Dockerfile is resolved first (local, pulled, or
+with `--offline-substitute` rewritten to the Horizon base, see evals/image_policy.py), so a build
+never stalls on a registry and an unavailable base is reported by name before anything is built.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import logging
 import re
 import shutil
 import tempfile
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbox import BASE_IMAGE
+from evals.image_policy import (
+    DEFAULT_IMAGE_MAP,
+    ImageMap,
+    ImagePolicy,
+    ImagePullFailed,
+    ImageResolution,
+    ImageUnavailable,
+    built_resolution,
+    is_local,
+    resolve_image,
+)
 from sandbox.images import build_image
 
 log = logging.getLogger("evals.images")
 
-DEFAULT_IMAGE_MAP: dict[str, str] = {
-    "ghcr.io/laude-institute/t-bench/*": BASE_IMAGE,
-    "python:*": BASE_IMAGE,
-    "ubuntu:*": BASE_IMAGE,
-    "debian:*": BASE_IMAGE,
-    "buildpack-deps:*": BASE_IMAGE,
-}
 _FROM = re.compile(r"^(\s*FROM\s+(?:--platform=\S+\s+)?)(\S+)(.*)$", re.I)
 
-
-class ImageUnavailable(RuntimeError):
-    """A prebuilt image is missing locally and no mapping applies: an infrastructure error."""
-
-
-@dataclass(frozen=True)
-class ImageMap:
-    rules: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_IMAGE_MAP))
-
-    @classmethod
-    def with_overrides(cls, overrides: dict[str, str]) -> "ImageMap":
-        rules = {**overrides, **{k: v for k, v in DEFAULT_IMAGE_MAP.items() if k not in overrides}}
-        return cls({k: v for k, v in rules.items() if v})
-
-    def target(self, image: str) -> str | None:
-        for pattern, target in self.rules.items():
-            if fnmatch.fnmatchcase(image, pattern) or fnmatch.fnmatchcase(image.split("@")[0], pattern):
-                return target
-        return None
+__all__ = ["DEFAULT_IMAGE_MAP", "ImageBuilder", "ImageMap", "ImageUnavailable", "rewrite_from_lines"]
 
 
 def rewrite_from_lines(dockerfile: str, image_map: ImageMap, available) -> tuple[str, list[str]]:
-    """Replace FROM images that are not `available(image)` but have a mapping; return notes."""
+    """Replace FROM images that are not `available(image)` but have a mapping; return notes.
+    (The offline substitution rule alone; `ImageBuilder` applies it only under the policy.)"""
+    def substitute(image: str) -> ImageResolution | None:
+        if available(image):
+            return None
+        target = image_map.target(image)
+        if not target or target == image:
+            return None
+        return ImageResolution(image, target, "substituted", False,
+                               (f"base image {image} is not available offline; substituted {target}",))
+
+    text, resolutions = _map_from_lines(dockerfile, substitute)
+    return text, [n for r in resolutions for n in r.notes]
+
+
+def _map_from_lines(dockerfile: str, resolve) -> tuple[str, list[ImageResolution]]:
+    """Apply `resolve(image) -> ImageResolution | None` to every external FROM image."""
     stages: set[str] = set()
-    notes: list[str] = []
+    resolutions: list[ImageResolution] = []
     lines = dockerfile.splitlines()
     for i, line in enumerate(lines):
         m = _FROM.match(line)
@@ -66,14 +65,15 @@ def rewrite_from_lines(dockerfile: str, image_map: ImageMap, available) -> tuple
             continue
         image, rest = m.group(2), m.group(3)
         alias = re.search(r"\bAS\s+(\S+)", rest, re.I)
-        if image not in stages and image.lower() != "scratch" and not available(image):
-            target = image_map.target(image)
-            if target and target != image:
-                lines[i] = f"{m.group(1)}{target}{rest}"
-                notes.append(f"base image {image} is not available offline; substituted {target}")
+        if image not in stages and image.lower() != "scratch" and "$" not in image:
+            r = resolve(image)
+            if r is not None:
+                resolutions.append(r)
+                if r.tag != image:
+                    lines[i] = f"{m.group(1)}{r.tag}{rest}"
         if alias:
             stages.add(alias.group(1))
-    return "\n".join(lines) + "\n", notes
+    return "\n".join(lines) + "\n", resolutions
 
 
 def _assemble(spec, dest: Path) -> None:
@@ -100,54 +100,61 @@ def _context_hash(root: Path, base_ids: list[str]) -> str:
 
 
 class ImageBuilder:
-    """Builds (or finds) the image for an `ImageSpec` on one Docker engine, once per content hash."""
+    """Finds, pulls or builds the image for an `ImageSpec` on one Docker engine, once per content hash."""
 
-    def __init__(self, docker_client, image_map: ImageMap | None = None):
+    def __init__(self, docker_client, image_map: ImageMap | None = None, policy: ImagePolicy | None = None):
         self.client = docker_client
         self.image_map = image_map or ImageMap()
+        self.policy = policy or ImagePolicy()
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
     def _available(self, image: str) -> bool:
-        import docker
-
-        try:
-            self.client.images.get(image)
-            return True
-        except docker.errors.ImageNotFound:
-            return False
-
-    def _base_ids(self, dockerfile: str) -> list[str]:
-        """Ids of the FROM images, so a rebuilt base image also rebuilds the task images on it."""
-        ids = []
-        for line in dockerfile.splitlines():
-            m = _FROM.match(line)
-            if m and self._available(m.group(2)):
-                ids.append(self.client.images.get(m.group(2)).id)
-        return ids
+        return is_local(self.client, image)
 
     def ensure(self, spec, name: str, timeout: float | None = None) -> tuple[str, list[str]]:
-        """The tag of an image for `spec`, building it when needed, and the substitution notes. A build
-        past `timeout` seconds is stopped on the engine and raises ImageBuildTimeout."""
-        if spec.prebuilt:
-            if self._available(spec.image):
-                return spec.image, []
-            raise ImageUnavailable(f"image {spec.image!r} is not present locally and images are never pulled")
+        """(tag, notes) for `spec`; see ensure_image for the full account."""
+        resolved = self.ensure_image(spec, name, timeout)
+        return resolved[-1].tag, [n for r in resolved for n in r.notes]
+
+    def ensure_image(self, spec, name: str, timeout: float | None = None) -> list[ImageResolution]:
+        """How every image of `spec` was obtained; the last entry is the image to run. A build past
+        `timeout` seconds is stopped on the engine and raises ImageBuildTimeout; an image that
+        cannot be had raises ImageUnavailable (ImagePullFailed under `--pull always`)."""
+        if spec.image is not None:
+            has_dockerfile = spec.context_dir is not None and (spec.context_dir / spec.dockerfile).is_file()
+            try:
+                return [resolve_image(self.client, spec.image, self.policy, self.image_map,
+                                      has_fallback=has_dockerfile)]
+            except ImagePullFailed:
+                raise  # --pull always: the user asked for the registry's image and nothing else
+            except ImageUnavailable as exc:
+                if not has_dockerfile:
+                    raise
+                reason = f"{exc}; falling back to environment/{spec.dockerfile} as Harbor does"
+                log.warning("%s: %s", name, reason)
+                built = self._build(spec, name, timeout)
+                return built[:-1] + [built_resolution(spec.image, built[-1].tag, reason)]
+        return self._build(spec, name, timeout)
+
+    def _build(self, spec, name: str, timeout: float | None) -> list[ImageResolution]:
         with tempfile.TemporaryDirectory(prefix="horizon-ctx-") as tmp:
             ctx = Path(tmp)
             _assemble(spec, ctx)
             dockerfile = ctx / spec.dockerfile
             if not dockerfile.is_file():
                 raise FileNotFoundError(f"{spec.dockerfile} missing from the build context of {name}")
-            text, notes = rewrite_from_lines(dockerfile.read_text(encoding="utf-8"), self.image_map, self._available)
+            text, bases = _map_from_lines(
+                dockerfile.read_text(encoding="utf-8"),
+                lambda image: resolve_image(self.client, image, self.policy, self.image_map))
             dockerfile.write_text(text, encoding="utf-8")
-            for note in notes:
-                log.warning("%s: %s", name, note)
+            base_ids = [self.client.images.get(r.tag).id for r in bases]
             slug = re.sub(r"[^a-z0-9_.-]+", "-", name.lower()).strip("-.")[:100] or "task"
-            tag = f"horizon-eval/{slug}:{_context_hash(ctx, self._base_ids(text))}"
+            tag = f"horizon-eval/{slug}:{_context_hash(ctx, base_ids)}"
             with self._guard:
                 lock = self._locks.setdefault(tag, threading.Lock())
             with lock:
                 if not self._available(tag):
                     build_image(ctx, tag, dockerfile=spec.dockerfile, docker_client=self.client, timeout=timeout)
-            return tag, notes
+            comparable = all(r.comparable for r in bases)
+            return bases + [ImageResolution(name, tag, "built", comparable)]

@@ -17,8 +17,11 @@ from pydantic import BaseModel, Field
 Status = Literal["resolved", "failed", "error"]
 
 # Error classes. Infrastructure classes are retried and never count as the agent's failure.
-INFRA_ERRORS = {"build_failed", "build_timeout", "image_unavailable", "sandbox_error", "verifier_crashed", "task_invalid", "internal_error",
-               "environment_error"}  # environment_error: SWE-bench's gold patch fails in the image too
+INFRA_ERRORS = {"build_failed", "build_timeout", "image_unavailable", "sandbox_error", "verifier_crashed", "task_invalid",
+                "internal_error", "agent_setup_failed", "gpu_unavailable", "verifier_environment", "compose_failed",
+                "environment_error"}  # environment_error: SWE-bench's gold patch fails in the image too
+# Only what a second try can fix. A missing image, a tool that cannot be installed, a missing GPU or
+# a verifier that could not fetch its packages under the same network policy fail the same way again.
 RETRYABLE = {"build_failed", "sandbox_error", "verifier_crashed"}
 
 
@@ -49,6 +52,10 @@ class TrialResult(BaseModel):
     tokens: TokenUsage = Field(default_factory=TokenUsage)
     retries: int = 0
     notes: list[str] = Field(default_factory=list)
+    # How each image was obtained (evals/image_policy.py ImageResolution.record()); False when an
+    # image was substituted, so this row's score is not comparable to a leaderboard's.
+    images: list[dict] = Field(default_factory=list)
+    comparable: bool = True
     details: dict = Field(default_factory=dict)
     trajectory: str | None = None
 

@@ -81,7 +81,7 @@ def make_engines(config: EvalConfig) -> list[Engine]:
     engines = []
     for e in config.engines:
         client = connect(e.docker_host)
-        engines.append(Engine(name=e.name, docker_host=e.docker_host, client=client, builder=ImageBuilder(client, image_map)))
+        engines.append(Engine(name=e.name, docker_host=e.docker_host, client=client, builder=ImageBuilder(client, image_map, config.image_policy)))
     return engines
 
 
@@ -94,6 +94,18 @@ def _invalid_result(err: TaskLoadError, agent: str) -> TrialResult:
     return TrialResult(task_id=err.id, format="unknown", agent=agent, attempt=0, status="error",
                        error_class="task_invalid", error=str(err), started_at=now, finished_at=now,
                        details={"file": err.file, "field": err.field, "message": err.message, "source": str(err.source)})
+
+
+def with_network_override(task: Task, mode: str) -> Task:
+    """`--network public|no-network`: the agent phase's network for every task (and a shared
+    verifier's, which runs in the same container); "task" keeps each task's own."""
+    if mode == "task":
+        return task
+    on = mode == "public"
+    update: dict = {"network": on, "allowed_hosts": []}
+    if getattr(task.verifier, "environment_mode", None) == "shared":
+        update["verifier"] = task.verifier.model_copy(update={"network": on, "allowed_hosts": []})
+    return task.model_copy(update=update)
 
 
 def _run_with_retries(task: Task, agent: EvalAgent, engine: Engine, out_dir: Path, attempt: int,
@@ -143,7 +155,7 @@ def _run_eval(path: Path, options: RunOptions, config: EvalConfig, agent: EvalAg
         if (err.id, 0) not in done:
             results.append(_invalid_result(err, options.agent))
             log.error("invalid task %s", err)
-    tasks = [t for t in loaded if isinstance(t, Task)]
+    tasks = [with_network_override(t, config.network) for t in loaded if isinstance(t, Task)]
     pending = [(t, a) for t in tasks for a in range(options.attempts) if (t.id, a) not in done]
     engines = make_engines(config)
     run_label = f"{options.agent}-{uuid.uuid4().hex[:8]}"

@@ -40,6 +40,14 @@ class Summary(BaseModel):
     cached_tokens: int
     cache_hit_rate: float | None
     per_task: list[TaskSummary]
+    # Images: how they were obtained over all trials (local/pulled/built/substituted), whether every
+    # trial ran on the task's own images (False: some were substituted offline, the score is not
+    # comparable to a leaderboard's), and each fallback that was taken (pull failed -> built...).
+    image_sources: dict[str, int] = Field(default_factory=dict)
+    comparable: bool = True
+    image_fallbacks: list[str] = Field(default_factory=list)
+    # One example message per infrastructure error class, so the console says what went wrong.
+    error_examples: dict[str, str] = Field(default_factory=dict)
 
 
 def summarize(results: list[TrialResult], agent: str) -> Summary:
@@ -87,7 +95,16 @@ def summarize(results: list[TrialResult], agent: str) -> Summary:
         cached_tokens=cached,
         cache_hit_rate=cached / inp if inp else None,
         per_task=per_task,
+        image_sources=dict(sorted(Counter(i["source"] for r in results for i in r.images).items())),
+        comparable=all(r.comparable for r in results),
+        image_fallbacks=sorted({n for r in results for n in r.notes if _is_image_fallback(n)}),
+        error_examples={c: next(f"{r.task_id}: {r.error}" for r in results if r.status == "error"
+                                and (r.error_class or "unknown") == c) for c in sorted(errors) if not c.startswith("agent:")},
     )
+
+
+def _is_image_fallback(note: str) -> bool:
+    return "substituted" in note or "from the task's Dockerfile" in note
 
 
 def render_table(summary: Summary) -> str:
@@ -101,6 +118,13 @@ def render_table(summary: Summary) -> str:
         rows.append(f"{k}: {v:.1%}")
     hit = "n/a" if summary.cache_hit_rate is None else f"{summary.cache_hit_rate:.1%}"
     rows.append(f"tokens: in {summary.input_tokens}, out {summary.output_tokens}, cached {summary.cached_tokens} (cache hit {hit})")
+    if not summary.comparable:
+        rows.append("NOT COMPARABLE to leaderboard scores: some trials ran on substituted base images "
+                    "(--offline-substitute); see each row's `images`")
+    for note in summary.image_fallbacks:
+        rows.append(f"image fallback: {note}")
     if summary.error_classes:
         rows.append("error classes: " + ", ".join(f"{k}={v}" for k, v in summary.error_classes.items()))
+    for cls, example in summary.error_examples.items():
+        rows.append(f"  {cls}: {example[:400]}")
     return "\n".join(rows)

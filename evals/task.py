@@ -45,6 +45,9 @@ class Resources(_Model):
     cpus: float = Field(1.0, gt=0)
     memory_mb: int = Field(2048, gt=0)
     pids_limit: int = Field(1024, gt=0)
+    # Recorded as the task asks; the Docker engine, like Harbor's Docker environment, does not cap disk.
+    storage_mb: int | None = Field(None, gt=0)
+    gpus: int = Field(0, ge=0)
 
 
 class Timeouts(_Model):
@@ -177,6 +180,19 @@ Solution = Annotated[
 ]
 
 
+class TaskStep(_Model):
+    """One step of a Harbor multi-step task (`[[steps]]`, files under steps/<name>/): its own
+    instruction, reference solution and verifier, run in order in the same container."""
+
+    name: str
+    instruction: str = Field(min_length=1)
+    solution: Solution | None = None
+    verifier: Verifier
+    agent_sec: float | None = Field(None, gt=0)  # None: the task's agent timeout
+    workdir_files: Path | None = None  # steps/<name>/workdir: copied into the workdir first (setup.sh run)
+    min_reward: float | dict[str, float] | None = None  # below it, the remaining steps are skipped
+
+
 class Task(_Model):
     id: str
     format: TaskFormat
@@ -193,6 +209,10 @@ class Task(_Model):
     verifier: Verifier
     solution: Solution | None = None
     terminal: bool = False  # Terminal-Bench: the agent acts through a tmux session
+    # environment/docker-compose.yaml: its other services run beside the agent's container (evals/compose.py)
+    compose_file: Path | None = None
+    steps: list[TaskStep] = Field(default_factory=list)  # Harbor multi-step tasks (evals/multi_step.py)
+    multi_step_reward_strategy: Literal["mean", "final"] = "mean"
     metadata: dict[str, object] = Field(default_factory=dict)
 
     @model_validator(mode="after")

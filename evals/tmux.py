@@ -11,6 +11,10 @@ from __future__ import annotations
 import time
 
 WIDTH, HEIGHT, HISTORY = 160, 40, 50_000
+# The image's bash as a login shell, as the TB harness opens it; a POSIX sh where there is no bash.
+# The toolbox tmux's locale settings (evals/container_tools.py) are not the pane's.
+LOGIN_SHELL = ('[ "$LOCPATH" = /opt/horizon-tools/locale ] && unset LOCPATH LC_ALL TERMINFO; '
+               "if command -v bash >/dev/null 2>&1; then exec bash --login; else exec sh -l; fi")
 
 
 class TerminalError(RuntimeError):
@@ -31,7 +35,7 @@ class TmuxSession:
 
     def start(self) -> "TmuxSession":
         cwd = ["-c", self.workdir] if self.workdir else []
-        self._tmux("new-session", "-d", "-s", self.name, "-x", str(WIDTH), "-y", str(HEIGHT), *cwd, "bash --login")
+        self._tmux("new-session", "-d", "-s", self.name, "-x", str(WIDTH), "-y", str(HEIGHT), *cwd, LOGIN_SHELL)
         self._tmux("set-option", "-t", self.name, "history-limit", str(HISTORY))
         return self
 

@@ -14,13 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evals.agents.base import AgentContext, AgentOutcome, EvalAgent
+from evals.compose import ComposeError, ComposeProject
+from evals.container_tools import TOOLBOX_BASH, TOOLBOX_MOUNT, ToolSetupFailed, ensure_tmux, host_toolbox
 from evals.graders.base import Grade, GradeContext, VerifierCrashed, grade_task
-from evals.images import ImageBuilder, ImageUnavailable
+from evals.graders.verifier_environment import VerifierEnvironmentFailed
+from evals.image_policy import ImageResolution, ImageUnavailable
+from evals.images import ImageBuilder
+from evals.multi_step import run_steps
 from evals.results import TrialResult
 from evals.task import Task
 from evals.tmux import TerminalError, TmuxSession
 from evals.trial_services import trial_services
-from sandbox import Sandbox, SandboxConfig, SandboxError
+from sandbox import Mount, Sandbox, SandboxConfig, SandboxError
 from sandbox.images import ImageBuildTimeout
 from sandbox.users import UnknownUser
 
@@ -90,20 +95,49 @@ class Trial:
         self.phase_seconds: dict[str, float] = {}
         self.notes: list[str] = []
         self.services = trial_services(task, engine, trial_dir, self._labels())
+        self.images: list[dict] = []  # how each image was obtained (evals/image_policy.py)
 
     def _labels(self) -> dict[str, str]:
         return {"dev.horizon.eval.task": self.task.id[:60], "dev.horizon.eval.run": self.run_label[:60]}
 
     def _config(self, image: str, workdir: str, env: dict[str, str] | None = None, network: bool = False,
                 memory_mb: int | None = None, allowed_hosts: list[str] | None = None,
-                user: str | None = None, mounts: list | None = None) -> SandboxConfig:
+                user: str | None = None, docker_network: str | None = None, mounts: list | None = None) -> SandboxConfig:
         r = self.task.resources
+        toolbox = self._toolbox()
         return SandboxConfig(
             image=image, workdir=workdir, network="allowlist" if allowed_hosts else network,
             allowed_hosts=allowed_hosts or [], user=user, env=env or {},
-            memory=f"{memory_mb or r.memory_mb}m", cpus=r.cpus, pids_limit=r.pids_limit,
-            labels=self._labels(), docker_host=self.engine.docker_host, mounts=mounts or [],
+            memory=f"{memory_mb or r.memory_mb}m", cpus=r.cpus, pids_limit=r.pids_limit, gpus=r.gpus,
+            mounts=(mounts or []) + ([Mount(source=str(toolbox), target=TOOLBOX_MOUNT, read_only=True)] if toolbox else []),
+            bash_fallback=TOOLBOX_BASH if toolbox and (toolbox / "bin" / "bash").is_file() else None,
+            docker_network=docker_network, network_aliases=["main"] if docker_network else [],
+            labels=self._labels(), docker_host=self.engine.docker_host,
         )
+
+    def _toolbox(self) -> Path | None:
+        """The host toolbox to mount (evals/container_tools.py): only an engine on this host can."""
+        host = self.engine.docker_host
+        if host and not host.startswith("unix://"):
+            return None
+        if not hasattr(self, "_toolbox_dir"):
+            try:
+                self._toolbox_dir = host_toolbox()
+            except Exception as exc:  # noqa: BLE001 - the package route may still work
+                self.notes.append(f"Horizon's toolbox could not be built: {type(exc).__name__}: {exc}")
+                self._toolbox_dir = None
+        return self._toolbox_dir
+
+    def _check_gpus(self) -> None:
+        """Harbor refuses a task needing GPUs on an environment without them; so do we, before building."""
+        wanted = self.task.resources.gpus
+        if not wanted:
+            return
+        runtimes = (self.engine.client.info() or {}).get("Runtimes") or {}
+        if "nvidia" not in runtimes:
+            raise InfraError("gpu_unavailable", f"task.toml [environment] gpus = {wanted}: the Docker engine "
+                                                f"{self.engine.name!r} has no NVIDIA runtime (runtimes: "
+                                                f"{', '.join(sorted(runtimes)) or 'none'}), so no GPU can be given")
 
     def _workdir(self, tag: str) -> str:
         if self.task.workdir:
@@ -122,15 +156,23 @@ class Trial:
             if self.task.verifier.kind == "swebench":  # swebench's own image chain (evals/swebench/images.py)
                 from evals.swebench.images import ensure_task_image
 
-                return ensure_task_image(self.task, self.engine.client, timeout=left())
-            tag, notes = self.engine.builder.ensure(self.task.environment, self.task.id, timeout=left())
+                tag, notes = ensure_task_image(self.task, self.engine.client, timeout=left())
+                substituted = tag.endswith(":horizon-offline")  # the explicit offline base (not comparable)
+                return tag, [ImageResolution(requested=tag, tag=tag, source="substituted" if substituted else "local",
+                                             comparable=not substituted, notes=tuple(notes))]
+            resolved = self.engine.builder.ensure_image(self.task.environment, self.task.id, timeout=left())
+            tag = resolved[-1].tag
             for spec in aux_images(self.task):
-                notes += self.engine.builder.ensure(spec, f"{self.task.id}-verifier", timeout=left())[1]
-            return tag, notes + self.services.prepare(timeout=left())
+                resolved += self.engine.builder.ensure_image(spec, f"{self.task.id}-verifier", timeout=left())
+            service_notes = self.services.prepare(timeout=left())
+            if service_notes:
+                resolved.append(ImageResolution(requested="(trial services)", tag=tag, source="local",
+                                                notes=tuple(service_notes)))
+            return tag, resolved
 
         try:
             # The outer limit only catches a build that could not be stopped in time.
-            tag, notes = run_with_timeout(build, self.timeouts.build_sec + BUILD_STOP_GRACE_SEC, "build")
+            tag, resolved = run_with_timeout(build, self.timeouts.build_sec + BUILD_STOP_GRACE_SEC, "build")
         except ImageBuildTimeout as exc:
             raise InfraError("build_timeout", str(exc)) from exc
         except ImageUnavailable as exc:
@@ -139,7 +181,8 @@ class Trial:
             raise InfraError("build_failed", f"{type(exc).__name__}: {exc}") from exc
         finally:
             self.phase_seconds["build"] = time.monotonic() - started
-        self.notes += notes
+        self.images = [r.record() for r in resolved]
+        self.notes += [n for r in resolved for n in r.notes]
         return tag
 
     @contextlib.contextmanager
@@ -171,17 +214,39 @@ class Trial:
                                                  f"{prepared.output.strip()[:500]}")
         return view
 
-    def _start_agent_sandbox(self, tag: str, workdir: str, mounts: list | None = None):
+    @contextlib.contextmanager
+    def _side_services(self, tag: str):
+        """The compose project of a task's environment/docker-compose.yaml: its network's name, or None."""
+        if self.task.compose_file is None:
+            yield None
+            return
+        started = time.monotonic()
+        try:
+            project = ComposeProject(self.task.compose_file, main_image=tag, internet=self.task.network,
+                                     docker_host=self.engine.docker_host, pull=self.engine.builder.policy.pull,
+                                     label=self.task.id[:20])
+            network = project.__enter__()
+        except ComposeError as exc:
+            raise InfraError("compose_failed", str(exc)) from exc
+        finally:
+            self.phase_seconds["compose"] = time.monotonic() - started
+        try:
+            yield network
+        finally:
+            project.__exit__(None, None, None)
+
+    def _start_agent_sandbox(self, tag: str, workdir: str, docker_network: str | None = None,
+                             mounts: list | None = None):
         task = self.task
         config = self._config(tag, workdir, env=task.env, network=task.network, allowed_hosts=task.allowed_hosts,
-                              user=task.user, mounts=mounts)
+                              user=task.user, docker_network=docker_network, mounts=mounts)
         try:
             sb = Sandbox.start(config)
         except UnknownUser as exc:
             raise InfraError("task_invalid", f"task.toml [agent] user: {exc}") from exc
         try:
             if task.user is None:
-                sb.exec_once(["bash", "-c", f"mkdir -p {LOG_DIRS} {workdir}"], timeout=30)
+                sb.exec_once(["sh", "-c", f"mkdir -p {LOG_DIRS} {workdir}"], timeout=30)
                 return sb
             # Set up as root, then open what the agent (and the oracle's /solution) must write to.
             staging = task.solution.container_dir if self.agent.name == "oracle" and hasattr(task.solution, "container_dir") else ""
@@ -198,7 +263,16 @@ class Trial:
     def _run_agent(self, sb, workdir: str) -> AgentOutcome:
         terminal = None
         if self.task.terminal:
-            terminal = TmuxSession(sb, "agent", workdir).start()
+            # Agent setup, as Harbor's agents do it: tmux into the image when it has none.
+            setup_started = time.monotonic()
+            try:
+                self.notes += ensure_tmux(sb, self.task.network, self._toolbox() is not None)
+                terminal = TmuxSession(sb, "agent", workdir).start()
+            except (ToolSetupFailed, TerminalError) as exc:
+                raise InfraError("agent_setup_failed", f"{type(exc).__name__}: {exc}") from exc
+            finally:
+                self.phase_seconds["agent_setup"] = self.phase_seconds.get("agent_setup", 0.0) + \
+                    time.monotonic() - setup_started
         ctx = AgentContext(task=self.task, sandbox=sb, terminal=terminal,
                            deadline=time.monotonic() + self.timeouts.agent_sec, log_dir=self.trial_dir,
                            workdir=workdir)
@@ -236,6 +310,8 @@ class Trial:
         # catches a grader wedged elsewhere (CyberGym runs two programs, SWE starts a container).
         try:
             return run_with_timeout(lambda: grade_task(ctx), self.timeouts.verifier_sec * 2 + 120, "verifier")
+        except VerifierEnvironmentFailed as exc:
+            raise InfraError("verifier_environment", str(exc)) from exc
         except (VerifierCrashed, PhaseTimeout) as exc:
             raise InfraError("verifier_crashed", str(exc)) from exc
         finally:
@@ -246,11 +322,16 @@ class Trial:
         started_at = time.time()
         outcome = AgentOutcome()
         try:
+            self._check_gpus()
             tag = self._build()
             workdir = self._workdir(tag)
-            with self.services.serving() as mounts, self._start_agent_sandbox(tag, workdir, mounts) as sb:
-                outcome = self._run_agent(sb, workdir)
-                grade = self._grade(sb, tag)
+            with self.services.serving() as mounts, self._side_services(tag) as network, \
+                    self._start_agent_sandbox(tag, workdir, network, mounts) as sb:
+                if self.task.steps:
+                    outcome, grade = run_steps(self, sb, tag, workdir)
+                else:
+                    outcome = self._run_agent(sb, workdir)
+                    grade = self._grade(sb, tag)
         except InfraError as exc:
             return self._result(started_at, "error", outcome, error_class=exc.error_class, error=str(exc),
                                 details=exc.details)
@@ -268,5 +349,6 @@ class Trial:
             task_id=self.task.id, format=self.task.format, agent=self.agent.name, attempt=self.attempt,
             status=status, agent_timed_out=outcome.finish_reason == "timeout", started_at=started_at,
             finished_at=time.time(), phase_seconds={k: round(v, 3) for k, v in self.phase_seconds.items()},
-            tokens=outcome.tokens, notes=self.notes, trajectory=outcome.trajectory, engine=self.engine.name, **fields,
+            tokens=outcome.tokens, notes=self.notes, images=self.images,
+            comparable=all(i["comparable"] for i in self.images), trajectory=outcome.trajectory, engine=self.engine.name, **fields,
         )

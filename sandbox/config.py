@@ -79,6 +79,14 @@ class SandboxConfig(BaseModel):
     # Commands, the shell and written files run as / belong to this user ("name", "uid" or "uid:gid");
     # None = the image's user. The container itself runs as the image's user.
     user: str | None = None
+    # The bash the persistent shell runs when the image has none (e.g. a static bash mounted in
+    # from the host); None: the image's own `bash` is required. Needs a POSIX `sh` in the image.
+    bash_fallback: str | None = None
+    # Join this existing Docker network (e.g. a compose project's, for its other services) instead of
+    # the one `network` would create, reachable there under `network_aliases`.
+    docker_network: str | None = None
+    network_aliases: list[str] = Field(default_factory=list)
+    gpus: int = Field(0, ge=0)  # NVIDIA GPUs reserved for the container (the engine needs the nvidia runtime)
     read_only_root: bool = False  # with a writable workdir and /tmp (tmpfs) unless a mount covers them
     mounts: list[Mount] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)

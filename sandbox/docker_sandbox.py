@@ -118,7 +118,11 @@ class Sandbox:
                                                 f"(expected a user of its /etc/passwd, or a numeric uid)")
 
     def _spawn_shell(self) -> AttachedProcess:
-        return AttachedProcess(self._client, self.container_id, SHELL_ARGV, user=self.config.user,
+        argv = SHELL_ARGV
+        if self.config.bash_fallback:  # the image's bash when it has one, else the fallback
+            argv = ["sh", "-c", 'command -v bash >/dev/null 2>&1 && exec bash "$@"; exec "$0" "$@"',
+                    self.config.bash_fallback, *SHELL_ARGV[1:]]
+        return AttachedProcess(self._client, self.container_id, argv, user=self.config.user,
                                workdir=self.config.workdir)
 
     def _put_shell_file(self, path: str, data: bytes) -> None:
@@ -329,9 +333,18 @@ def _raise_start_error(exc: BaseException, config: SandboxConfig):
 
 
 def _network_mode(config: SandboxConfig, egress: Egress | None) -> str:
+    if config.docker_network:
+        return config.docker_network
     if egress is not None:
         return egress.network_name
     return "bridge" if config.network is NetworkMode.FULL else "none"
+
+
+def _network_kwargs(client, config: SandboxConfig, egress: Egress | None) -> dict:
+    if config.docker_network:  # a network someone else made (a compose project's), under aliases
+        return {"network": config.docker_network, "networking_config": {
+            config.docker_network: client.api.create_endpoint_config(aliases=config.network_aliases or None)}}
+    return {"network_mode": _network_mode(config, egress)}
 
 
 def _create_container(client, config: SandboxConfig, egress: Egress | None = None):
@@ -350,13 +363,15 @@ def _create_container(client, config: SandboxConfig, egress: Egress | None = Non
             config.image, command=["sleep", "infinity"], name=f"horizon-sb-{secrets.token_hex(6)}",
             init=True, detach=True, hostname="sandbox", working_dir=config.workdir, environment=env,
             labels=labels, mounts=mounts, tmpfs=tmpfs, read_only=config.read_only_root,
-            network_mode=_network_mode(config, egress),
+            **_network_kwargs(client, config, egress),
             # Names are resolved by the proxy; the internal network's resolver never answers for
             # outside names, so make a tool that asks it fail in ~2 s instead of 20.
             dns_opt=["timeout:1", "attempts:1"] if egress is not None else None,
             mem_limit=config.memory_bytes, memswap_limit=config.memory_bytes,
             nano_cpus=int(config.cpus * 1e9), pids_limit=config.pids_limit,
             cap_drop=["ALL"], cap_add=CAPABILITIES, security_opt=["no-new-privileges"],
+            device_requests=[docker.types.DeviceRequest(driver="nvidia", count=config.gpus, capabilities=[["gpu"]])]
+            if config.gpus else None,
         )
     except docker.errors.ImageNotFound as exc:
         hint = " (build it with `horizon sandbox build`)" if config.image.startswith("horizon/") else ""

@@ -71,9 +71,14 @@ __hz_done() {
   __hz_now; __hz_end_cs=$__hz_cs
   __hz_oom_kills; oom=$((__hz_oomn - __hz_oom0))
   if [[ -s $__hz_spool ]]; then
-    # One process reads the size, head and tail, and removes the spool (perl-base is Essential).
-    command perl -e "$__hz_emit" -- "$__hz_spool" "$__hz_head" "$__hz_tail" "$2" "$rc" "$oom" \
-      || builtin printf '\036HZ:%s:%s:0:%s\n' "$2" "$rc" "$oom"
+    # One process reads the size, head and tail, and removes the spool (perl-base is Essential on
+    # Debian); images without perl (Alpine, busybox) get the same frame from POSIX tools.
+    if [[ -n $__hz_perl ]]; then
+      command perl -e "$__hz_emit" -- "$__hz_spool" "$__hz_head" "$__hz_tail" "$2" "$rc" "$oom" \
+        || builtin printf '\036HZ:%s:%s:0:%s\n' "$2" "$rc" "$oom"
+    else
+      __hz_emit_posix "$2" "$rc" "$oom"
+    fi
   else
     # No output: no process at all; empty spools are removed in batches.
     builtin printf '\036HZ:%s:%s:0:%s\n' "$2" "$rc" "$oom"
@@ -84,6 +89,18 @@ __hz_done() {
   builtin printf '\036HZEND:%s\n' "$2"
 }
 __hz_trash=()
+__hz_emit_posix() {  # $1 token, $2 exit code, $3 oom kills: head and tail with wc/head/tail only
+  local size
+  size=$(command wc -c < "$__hz_spool" 2>/dev/null); size=${size//[!0-9]/}; size=${size:-0}
+  builtin printf '\036HZ:%s:%s:%s:%s\n' "$1" "$2" "$size" "$3"
+  if (( size <= __hz_head + __hz_tail )); then
+    command head -c "$size" -- "$__hz_spool"
+  else
+    command head -c "$__hz_head" -- "$__hz_spool"; command tail -c "$__hz_tail" -- "$__hz_spool"
+  fi
+  command rm -f -- "$__hz_spool"
+}
+__hz_perl=; command -v perl >/dev/null 2>&1 && __hz_perl=1
 __hz_emit='
   my ($path, $head, $tail, $tok, $rc, $oom) = @ARGV;
   open(my $fh, "<:raw", $path) or die;

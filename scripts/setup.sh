@@ -53,6 +53,10 @@ fi
 # --- 2. Host tools the tests and the base image build use ---------------------------------
 if is_root && is_debian; then
     apt_install debootstrap tmux git ca-certificates iptables
+    # Evals: a static bash and tmux's libraries form the toolbox mounted into task images that lack
+    # them (evals/container_tools.py); busybox-static builds the tests' bash-less image; Debian's
+    # `docker-compose` runs Harbor tasks with environment/docker-compose.yaml.
+    apt_install bash-static busybox-static docker-compose
     # A C++ compiler and Python headers: torch.compile's CPU backend (compile_decode) builds its kernels.
     apt_install g++ python3-dev
 fi

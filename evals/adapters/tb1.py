@@ -108,5 +108,6 @@ def load_tb1(folder: Path, task_id: str) -> Task:
         verifier=PytestSummaryVerifier(run_tests=folder / "run-tests.sh", tests_dir=tests if tests.is_dir() else None),
         solution=_solution(folder),
         terminal=True,
+        network=True,  # the TB1 harness's compose project has the default network: run-tests.sh fetches uv
         metadata={k: v for k, v in raw.items() if k != "instruction"},
     )

@@ -77,14 +77,18 @@ def _pull(client, image: str) -> str | None:
 
 
 def resolve(build: PocBuild, client, builder, name: str, timeout: float | None = None,
-            pull: bool = True) -> tuple[str, list[str], list[str]]:
+            pull: str = "missing") -> tuple[str, list[str], list[str]]:
     """(image tag, command that runs the PoC, notes): the prebuilt image if the engine has or can
-    pull it, else the image built from sources. Raises ImageUnavailable when neither is possible."""
+    pull it, else the image built from sources. Raises ImageUnavailable when neither is possible.
+    pull: the run's image policy (evals/image_policy.py): "always" pulls and fails naming the image
+    when it cannot; "missing" pulls only what is not local; "never" uses local images only."""
     notes: list[str] = []
     if build.image:
-        if _has(client, build.image):
+        if pull != "always" and _has(client, build.image):
             return build.image, list(build.command), notes
-        why = _pull(client, build.image) if pull else "pulling is off"
+        why = _pull(client, build.image) if pull != "never" else "pulling is off (--pull never)"
+        if why is not None and pull == "always":
+            raise ImageUnavailable(f"--pull always: {build.image} could not be pulled ({why})")
         if why is None:
             return build.image, list(build.command), [f"pulled {build.image}"]
         if build.source is None:

@@ -48,7 +48,8 @@ class CyberGymService:
         for side in ("vul", "fix"):
             build = getattr(self.verifier, side)
             tag, command, side_notes = resolve(build, self.engine.client, self.engine.builder,
-                                               f"{self.task.id}-{side}", timeout=timeout)
+                                               f"{self.task.id}-{side}", timeout=timeout,
+                                               pull=self.engine.builder.policy.pull)
             self.images[side] = (tag, command)
             notes += side_notes
         return notes

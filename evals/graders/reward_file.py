@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from evals.graders.base import Grade, GradeContext, VerifierCrashed
+from evals.graders.verifier_environment import VerifierEnvironmentFailed, environment_failure
 
 REWARD_DIR = "/logs/verifier"
 
@@ -49,18 +50,33 @@ def _read_optional(sb, path: str) -> str | None:
 
 def _run_tests(ctx: GradeContext, sb) -> Grade:
     v = ctx.task.verifier
-    sb.exec_once(["bash", "-c", f"rm -rf {REWARD_DIR} /tests && mkdir -p {REWARD_DIR} /tests /logs/artifacts"], timeout=30)
+    sb.exec_once(["sh", "-c", f"rm -rf {REWARD_DIR} /tests && mkdir -p {REWARD_DIR} /tests /logs/artifacts"], timeout=30)
     for child in sorted(v.tests_dir.iterdir()):
         sb.copy_in(child, f"/tests/{child.name}")
+    # As Harbor runs it: made executable and started directly, so its shebang picks the shell
+    # (a POSIX-sh test.sh runs on an image without bash), with [verifier] env set.
     exports = " ".join(f"{k}={shlex.quote(val)}" for k, val in v.env.items())
-    result = sb.exec_once(["bash", "-c", f"{exports} bash /tests/test.sh".strip()], timeout=ctx.timeout)
+    script = "chmod +x /tests/test.sh 2>/dev/null; " + (f"env {exports} " if exports else "") + "/tests/test.sh"
+    result = sb.exec_once(["sh", "-c", script], timeout=ctx.timeout)
     (ctx.trial_dir / "verifier-output.txt").write_text(result.output, encoding="utf-8")
     if result.timed_out:
         return Grade(False, 0.0, {"failure_mode": "verifier_timeout"}, reason="the verifier timed out")
-    reward, metrics = _parse_reward(_read_optional(sb, f"{REWARD_DIR}/reward.json"), _read_optional(sb, f"{REWARD_DIR}/reward.txt"))
+    environment = environment_failure(result.output)
+    try:
+        reward, metrics = _parse_reward(_read_optional(sb, f"{REWARD_DIR}/reward.json"),
+                                        _read_optional(sb, f"{REWARD_DIR}/reward.txt"))
+    except VerifierCrashed as exc:
+        if environment:
+            raise VerifierEnvironmentFailed(f"{exc}; the verifier's environment failed: {environment}") from None
+        raise
     if reward < 0:
         raise VerifierCrashed(f"the verifier reported an infrastructure failure (reward {reward})")
     resolved = reward >= 1.0
+    if not resolved and environment:
+        # TB2's test.sh writes 0 when it could not even install pytest: not the agent's 0.
+        raise VerifierEnvironmentFailed(f"reward {reward:g}, but the verifier's environment failed: {environment} "
+                                        "(a task that fetches packages at grading time needs network: "
+                                        "see --network and [verifier] network_mode)")
     return Grade(resolved, reward, {"metrics": metrics, "exit_code": result.exit_code},
                  None if resolved else f"reward {reward:g}")
 
@@ -72,7 +88,7 @@ def grade(ctx: GradeContext) -> Grade:
     agent_sb = ctx.sandbox
     agent_sb.exec_once(["mkdir", "-p", "/logs/artifacts"], timeout=30)
     for hook in v.collect:
-        agent_sb.exec_once(["bash", "-c", hook.command], timeout=hook.timeout_sec)
+        agent_sb.exec_once(["sh", "-c", hook.command], timeout=hook.timeout_sec)
     image = ctx.env_image
     if v.verifier_image is not None:
         image, notes = ctx.builder.ensure(v.verifier_image, f"{ctx.task.id}-verifier")

@@ -11,6 +11,13 @@ ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "evals" / "tasks"
 
 
+@pytest.fixture(autouse=True)
+def _offline_substitutes(monkeypatch):
+    """No registry is reachable here: the sample suites' python:*/ubuntu:*/t-bench bases run on the
+    Horizon base, as `--offline-substitute` does (tests of the default policy turn it off)."""
+    monkeypatch.setenv("HORIZON_EVAL_OFFLINE_SUBSTITUTE", "1")
+
+
 @pytest.fixture(scope="session")
 def eval_docker(docker_client):
     """A Docker engine with the Horizon base image (scripts/setup.sh builds it)."""
