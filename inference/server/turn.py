@@ -1,0 +1,112 @@
+"""One assistant turn for the Anthropic Messages and Responses APIs: a chat request in the internal
+format -> prompt ids, an engine request, and the parsed reply as events.
+
+Both routes convert their bodies into a `ChatCompletionRequest` and go through `prepare_chat` and
+`sampling_params`, so templates, sessions, forced tool calls and sampling behave exactly as in
+/v1/chat/completions; only the wire format differs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Optional, Union
+
+from inference.chat.parser import FormatError, ParseEvent, StreamingParser
+from inference.server.engine_bridge import submit
+from inference.server.errors import APIError
+from inference.server.output_text import OutputText
+from inference.server.prompting import PreparedChat, prepare_chat, sampling_params
+from inference.server.protocol import ChatCompletionRequest
+from inference.server.replies import ChatReply
+
+# Effort levels from least to most thinking; a token budget maps onto the first that allows it.
+_LEVELS = ("low", "medium", "high", "max")
+
+
+@dataclass
+class TurnEnd:
+    """The last event of a turn: why it ended, the engine's usage, and the whole parsed reply."""
+
+    finish_reason: Optional[str]  # the engine's: stop | length | abort
+    stop_reason: Union[str, int, None]  # the stop string (a str) or stop token id that ended it
+    usage: Any  # inference.engine.request.Usage
+    reply: ChatReply
+
+
+@dataclass
+class Turn:
+    prepared: PreparedChat
+    request: Any  # inference.engine.request.GenerateRequest
+    deltas: AsyncIterator
+
+
+def effort_for_budget(engine, budget_tokens: int) -> str:
+    """The least effort level whose thinking budget covers `budget_tokens` (it picks the template's
+    'Reasoning Effort' line; the engine enforces the exact budget on top)."""
+    from inference.engine.engine_config import DEFAULT_REASONING_BUDGETS
+
+    budgets = getattr(getattr(engine, "config", None), "reasoning_budgets", None) or DEFAULT_REASONING_BUDGETS
+    for level in _LEVELS:
+        limit = budgets.get(level)
+        if limit is None or limit >= budget_tokens:
+            return level
+    return "max"
+
+
+def start_turn(state, chat: ChatCompletionRequest, session_id: Optional[str], sessions=None,
+               reasoning_budget: Optional[int] = None, thinking: bool = True) -> Turn:
+    """Render the prompt and submit it. `sessions` (default: the server's SessionStore) is anything
+    with SessionStore's `take`; `thinking=False` on a template that cannot turn thinking off closes
+    the opened <think> at once (budget 0)."""
+    from inference.engine.request import EngineError, GenerateRequest
+
+    prepared = prepare_chat(chat, state.tokenizer, state.defaults, state.sessions if sessions is None else sessions,
+                            session_id)
+    if not thinking and prepared.start_in_reasoning:
+        reasoning_budget = 0
+    params = sampling_params(chat, len(prepared.prompt_ids), state.max_context, state.tokenizer.stop_token_ids,
+                             state.defaults, None)
+    # Forced tool calls (Anthropic tool_choice any/tool, Responses tool_choice required/named) arrive
+    # here as chat tool_choice, prefilled by prepare_chat. The grammar constraint that guarantees the
+    # call parses against its schema plugs in at this point, on `params`, for both APIs at once.
+    gen = GenerateRequest(prompt_ids=prepared.prompt_ids, params=params, session_id=session_id,
+                          reasoning_effort=prepared.engine_effort, reasoning_budget=reasoning_budget,
+                          request_id=f"http-{uuid.uuid4().hex[:16]}")
+    try:
+        deltas = submit(state.engine, gen)
+    except EngineError as exc:
+        raise APIError(400, str(exc), param=exc.field, code="invalid_value") from None
+    return Turn(prepared, gen, deltas)
+
+
+async def turn_events(state, turn: Turn) -> AsyncIterator[Union[ParseEvent, TurnEnd]]:
+    """Parse events as the reply is generated, then one TurnEnd. The session conversation (if any)
+    has the reply recorded by then; storing it is the caller's choice."""
+    prepared = turn.prepared
+    parser = StreamingParser(prepared.tools if prepared.parse_tools else None,
+                             start_in_reasoning=prepared.start_in_reasoning, tool_calls=prepared.parse_tools)
+    text = OutputText(state.tokenizer, turn.request.params.stop)
+    reply = ChatReply(state.model_name)
+    events = parser.feed(prepared.prefill)
+    all_ids: list[int] = []
+    reason, stop, usage = None, None, None
+    async with contextlib.aclosing(turn.deltas):
+        async for delta in turn.deltas:
+            all_ids.extend(delta.token_ids)
+            final = delta.finish_reason is not None
+            events += parser.feed(text.push(delta.token_ids, delta.stop_reason if final else None))
+            if final:
+                events += parser.feed(text.finish()) + parser.finish()
+                reason, stop, usage = delta.finish_reason, delta.stop_reason, delta.usage
+                if reason == "length":  # the stop reason already says the reasoning was cut off
+                    events = [e for e in events
+                              if not (isinstance(e, FormatError) and e.message.startswith("unclosed <think>"))]
+            for ev in events:
+                reply.add(ev)
+                yield ev
+            events = []
+    if prepared.conversation is not None and reason is not None:
+        prepared.conversation.add_generated(all_ids, reply.message())
+    yield TurnEnd(reason, stop, usage, reply)
