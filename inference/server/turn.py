@@ -55,6 +55,18 @@ def effort_for_budget(engine, budget_tokens: int) -> str:
     return "max"
 
 
+def build_chat(**fields) -> ChatCompletionRequest:
+    """The internal chat request; a value it refuses is the client's error (400), not ours."""
+    from pydantic import ValidationError
+
+    try:
+        return ChatCompletionRequest(**fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+        raise APIError(400, f"{where}: {str(first.get('msg')).removeprefix('Value error, ')}", param=where) from None
+
+
 def start_turn(state, chat: ChatCompletionRequest, session_id: Optional[str], sessions=None,
                reasoning_budget: Optional[int] = None, thinking: bool = True) -> Turn:
     """Render the prompt and submit it. `sessions` (default: the server's SessionStore) is anything

@@ -19,7 +19,7 @@ from inference.server.anthropic.protocol import (
     ThinkingAdaptive, ThinkingBlock, ThinkingEnabled, ToolChoiceAny, ToolChoiceNone, ToolChoiceTool,
     ToolResultBlock, ToolUseBlock,
 )
-from inference.server.turn import effort_for_budget
+from inference.server.turn import build_chat, effort_for_budget
 
 
 @dataclass
@@ -43,7 +43,7 @@ def to_chat(req: CountTokensRequest, engine, model: str) -> tuple[ChatCompletion
     if isinstance(req, MessagesRequest):
         fields.update(max_tokens=req.max_tokens, stop=req.stop_sequences or None, temperature=req.temperature,
                       top_p=req.top_p, top_k=req.top_k)
-    return ChatCompletionRequest(**fields), plan
+    return build_chat(**fields), plan
 
 
 def _thinking(req: CountTokensRequest, engine) -> tuple[ThinkingPlan, Optional[str]]:

@@ -15,7 +15,7 @@ import secrets
 import uuid
 from typing import Any, Optional
 
-from inference.chat.parser import ContentDelta, FormatError, ReasoningDelta, ToolCallEvent
+from inference.server.segments import Close, Open, Segmenter, Text
 from inference.server.turn import TurnEnd
 
 # Thinking blocks carry a signature, as the API's do; here it is an HMAC under a per-process key,
@@ -56,9 +56,7 @@ class AnthropicReply:
         self.id = "msg_" + uuid.uuid4().hex[:24]
         self.model = model
         self.blocks: list[dict[str, Any]] = []
-        self._open: Optional[str] = None  # kind of the open block: "thinking" | "text"
-        self._blank = ""  # whitespace not yet shown: a block of only whitespace is left out
-        self._blank_kind: Optional[str] = None
+        self._segments = Segmenter()
 
     def start_event(self, prompt_tokens: int) -> str:
         message = {**self._envelope(), "content": [], "stop_reason": None, "stop_sequence": None,
@@ -68,38 +66,10 @@ class AnthropicReply:
 
     def feed(self, event) -> list[str]:
         """Stream events for one parse event (possibly none)."""
-        if isinstance(event, ReasoningDelta):
-            return self._text("thinking", event.text)
-        if isinstance(event, ContentDelta):
-            return self._text("text", event.text)
-        if isinstance(event, FormatError):  # the malformed text goes back as text, as in chat completions
-            return self._text("text", event.raw) if event.raw else []
-        if isinstance(event, ToolCallEvent):
-            call = event.call
-            out = self.close()
-            index = len(self.blocks)
-            self.blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments})
-            out.append(sse_event("content_block_start", {"type": "content_block_start", "index": index,
-                                 "content_block": {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}}))
-            out.append(self._delta(index, {"type": "input_json_delta",
-                                           "partial_json": json.dumps(call.arguments, ensure_ascii=False)}))
-            out.append(sse_event("content_block_stop", {"type": "content_block_stop", "index": index}))
-            return out
-        return []
+        return [line for seg in self._segments.feed(event) for line in self._render(seg)]
 
     def close(self) -> list[str]:
-        """Close the open block (a thinking block gets its signature first)."""
-        self._blank = ""
-        if self._open is None:
-            return []
-        index, block = len(self.blocks) - 1, self.blocks[-1]
-        out = []
-        if self._open == "thinking":
-            block["signature"] = sign_thinking(block["thinking"])
-            out.append(self._delta(index, {"type": "signature_delta", "signature": block["signature"]}))
-        out.append(sse_event("content_block_stop", {"type": "content_block_stop", "index": index}))
-        self._open = None
-        return out
+        return [line for seg in self._segments.close() for line in self._render(seg)]
 
     def end_events(self, end: TurnEnd) -> list[str]:
         reason, sequence = stop_reason(end)
@@ -121,28 +91,38 @@ class AnthropicReply:
     def _envelope(self) -> dict[str, Any]:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.model}
 
-    def _text(self, kind: str, text: str) -> list[str]:
-        out: list[str] = []
-        if self._open != kind:
-            if self._open is not None:
-                out += self.close()
-            if self._blank_kind != kind:
-                self._blank = ""
-            if not (self._blank + text).strip():
-                self._blank, self._blank_kind = self._blank + text, kind
-                return out
-            text, self._blank = self._blank + text, ""
-            index = len(self.blocks)
-            block = {"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking" else {"type": "text", "text": ""}
+    def _render(self, seg) -> list[str]:
+        index = len(self.blocks) - 1
+        if isinstance(seg, Open):
+            block = {"type": "thinking", "thinking": "", "signature": ""} if seg.kind == "reasoning" else {"type": "text", "text": ""}
             self.blocks.append(block)
-            self._open = kind
-            out.append(sse_event("content_block_start", {"type": "content_block_start", "index": index,
-                                                         "content_block": dict(block)}))
-        key = "thinking" if kind == "thinking" else "text"
-        self.blocks[-1][key] += text
-        out.append(self._delta(len(self.blocks) - 1, {"type": f"{key}_delta", key: text}))
-        return out
+            return [self._start(index + 1, dict(block))]
+        if isinstance(seg, Text):
+            key = "thinking" if seg.kind == "reasoning" else "text"
+            self.blocks[-1][key] += seg.text
+            return [self._delta(index, {"type": f"{key}_delta", key: seg.text})]
+        if isinstance(seg, Close):
+            out = []
+            if seg.kind == "reasoning":
+                block = self.blocks[-1]
+                block["signature"] = sign_thinking(block["thinking"])
+                out.append(self._delta(index, {"type": "signature_delta", "signature": block["signature"]}))
+            return out + [self._stop(index)]
+        call = seg.call
+        self.blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments})
+        return [self._start(index + 1, {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}),
+                self._delta(index + 1, {"type": "input_json_delta",
+                                        "partial_json": json.dumps(call.arguments, ensure_ascii=False)}),
+                self._stop(index + 1)]
+
+    @staticmethod
+    def _start(index: int, block: dict[str, Any]) -> str:
+        return sse_event("content_block_start", {"type": "content_block_start", "index": index, "content_block": block})
 
     @staticmethod
     def _delta(index: int, delta: dict[str, Any]) -> str:
         return sse_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+
+    @staticmethod
+    def _stop(index: int) -> str:
+        return sse_event("content_block_stop", {"type": "content_block_stop", "index": index})
