@@ -90,6 +90,8 @@ def _messages(req: CountTokensRequest) -> list[Message]:
         where = f"messages.{i}.content"
         if isinstance(msg.content, str):
             out.append(Message(role=msg.role, content=msg.content))
+        elif msg.role == "system":
+            out.append(Message.system("".join(_text_of(b, f"{where}.{j}") for j, b in enumerate(msg.content))))
         elif msg.role == "assistant":
             out.append(_assistant(msg.content, where))
         else:
@@ -153,5 +155,7 @@ def _text_of(block, where: str) -> str:
         return block.text
     if isinstance(block, DocumentBlock) and block.source.get("type") == "text":
         return str(block.source.get("data", ""))
-    raise APIError(400, f"{where}: {block.type!r} blocks with a {block.source.get('type')!r} source are not "
-                   "supported: the model reads text only", param=where)
+    if isinstance(block, (ImageBlock, DocumentBlock)):
+        raise APIError(400, f"{where}: {block.type!r} blocks with a {block.source.get('type')!r} source are not "
+                       "supported: the model reads text only", param=where)
+    raise APIError(400, f"{where}: a {block.type!r} block is not text", param=where)

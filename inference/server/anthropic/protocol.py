@@ -73,7 +73,8 @@ ContentBlock = Annotated[
 class MessageParam(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    role: Literal["user", "assistant"]
+    # "system" mid-conversation (Claude Code sends it, beta "mid-conversation-system").
+    role: Literal["user", "assistant", "system"]
     content: Union[str, list[ContentBlock]]
 
 

@@ -1,8 +1,8 @@
 """`POST /v1/messages` and `POST /v1/messages/count_tokens`: the Anthropic Messages API.
 
 `x-api-key` and `anthropic-version` are accepted (the server has no keys and one API version);
-`X-Session-Id` keeps the conversation's exact token history and KV cache, as in chat completions
-(Claude Code sends it with `ANTHROPIC_CUSTOM_HEADERS="X-Session-Id: ..."`).
+`X-Session-Id` keeps the conversation's exact token history and KV cache, as in chat completions;
+Claude Code's own `X-Claude-Code-Session-Id` does the same when no X-Session-Id is given.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ def anthropic_router(state) -> APIRouter:
 
     @router.post("/v1/messages")
     async def create_message(body: MessagesRequest, request: Request,
-                             x_session_id: Optional[str] = Header(default=None)):
+                             x_session_id: Optional[str] = Header(default=None),
+                             x_claude_code_session_id: Optional[str] = Header(default=None)):
         _check_model(state, body.model)
+        x_session_id = x_session_id or x_claude_code_session_id
         chat, plan = to_chat(body, state.engine, state.model_name)
         with state.admit():
             turn = start_turn(state, chat, x_session_id, reasoning_budget=plan.budget, thinking=plan.enabled)

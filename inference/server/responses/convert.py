@@ -65,7 +65,7 @@ def input_messages(req: ResponsesRequest) -> list[Message]:
 def to_chat(req: ResponsesRequest, messages: list[Message], model: str) -> ChatCompletionRequest:
     fmt = req.text.format if req.text and req.text.format else None
     return build_chat(
-        model=model, messages=messages, tools=[_tool(t) for t in req.tools] if req.tools else None,
+        model=model, messages=messages, tools=[_tool(t) for _, t in req.function_tools()] or None,
         tool_choice=_tool_choice(req.tool_choice), reasoning_effort=req.reasoning.effort if req.reasoning else None,
         max_tokens=req.max_output_tokens, temperature=req.temperature, top_p=req.top_p,
         # text.format maps onto response_format: structured outputs apply wherever chat supports them.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 
 class _Item(BaseModel):
@@ -83,8 +83,28 @@ class FunctionTool(BaseModel):
     def _function_only(cls, v: str) -> str:
         if v != "function":
             raise ValueError(f"tool type {v!r} is a hosted tool that this server does not run; only "
-                             "'function' tools are supported")
+                             "'function' and 'namespace' tools are supported (Codex: set web_search = \"disabled\")")
         return v
+
+
+class NamespaceTool(BaseModel):
+    """A named group of function tools (Codex sends its sub-agent tools this way); calls to them
+    carry the `namespace` on the function_call item."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["namespace"]
+    name: str = Field(min_length=1, max_length=128)
+    description: Optional[str] = None
+    tools: list[FunctionTool]
+
+
+def _tool_kind(v: Any) -> str:
+    return "namespace" if isinstance(v, dict) and v.get("type") == "namespace" else "function"
+
+
+AnyTool = Annotated[Union[Annotated[FunctionTool, Tag("function")], Annotated[NamespaceTool, Tag("namespace")]],
+                    Discriminator(_tool_kind)]
 
 
 class FunctionChoice(BaseModel):
@@ -118,7 +138,7 @@ class ResponsesRequest(BaseModel):
     input: Union[str, list[InputItem]]
     instructions: Optional[str] = None
     previous_response_id: Optional[str] = Field(default=None, min_length=1)
-    tools: Optional[list[FunctionTool]] = None
+    tools: Optional[list[AnyTool]] = None
     tool_choice: Optional[Union[Literal["none", "auto", "required"], FunctionChoice]] = None
     parallel_tool_calls: Optional[bool] = None
     reasoning: Optional[ReasoningConfig] = None
@@ -141,6 +161,25 @@ class ResponsesRequest(BaseModel):
         if isinstance(v, list):
             return [{**item, "type": "message"} if isinstance(item, dict) and "type" not in item and "role" in item
                     else item for item in v]
+        return v
+
+    def function_tools(self) -> list[tuple[Optional[str], FunctionTool]]:
+        """Every function tool with its namespace (None at the top level), namespaces flattened."""
+        out: list[tuple[Optional[str], FunctionTool]] = []
+        for tool in self.tools or []:
+            if isinstance(tool, NamespaceTool):
+                out += [(tool.name, t) for t in tool.tools]
+            else:
+                out.append((None, tool))
+        return out
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_names(cls, v):
+        names = [t.name for tool in v or [] for t in (tool.tools if isinstance(tool, NamespaceTool) else [tool])]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"function names must be unique across namespaces, repeated: {dup}")
         return v
 
     @field_validator("background")

@@ -30,9 +30,11 @@ def usage_body(usage, reasoning_tokens: int) -> Optional[dict[str, Any]]:
 
 
 class ResponsesReply:
-    def __init__(self, envelope: dict[str, Any], encode):
+    def __init__(self, envelope: dict[str, Any], encode, namespaces: Optional[dict[str, str]] = None):
         """`envelope`: the request's echoed fields (model, instructions, tools, ...); `encode`
-        (text -> ids) counts the reasoning tokens for usage."""
+        (text -> ids) counts the reasoning tokens for usage; `namespaces`: function name -> the
+        namespace tool it came from, for the function_call items."""
+        self._namespaces = namespaces or {}
         self.id = new_id("resp")
         self.created_at = int(time.time())
         self.envelope = envelope
@@ -127,6 +129,8 @@ class ResponsesReply:
         arguments = json.dumps(seg.call.arguments, ensure_ascii=False)
         item = {"id": new_id("fc"), "type": "function_call", "call_id": seg.call.id, "name": seg.call.name,
                 "arguments": "", "status": "in_progress"}
+        if seg.call.name in self._namespaces:
+            item["namespace"] = self._namespaces[seg.call.name]
         self.items.append(item)
         added = self.event("response.output_item.added", output_index=index, item=dict(item))
         item.update(arguments=arguments, status="completed")

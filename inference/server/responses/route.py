@@ -49,7 +49,8 @@ def responses_router(state, store: Optional[ResponseStore] = None) -> APIRouter:
         session_id = body.prompt_cache_key or (chain if body.store or previous else None)
         with state.admit():
             turn = start_turn(state, chat, session_id, sessions=ForkView(previous) if previous else None)
-            reply = ResponsesReply(_envelope(body, state.model_name), state.tokenizer.encode)
+            namespaces = {t.name: ns for ns, t in body.function_tools() if ns is not None}
+            reply = ResponsesReply(_envelope(body, state.model_name), state.tokenizer.encode, namespaces)
             stream = _response_events(state, store, body, turn, reply, history, chain)
             if body.stream:
                 return sse_response(state, stream, lambda exc: reply.error_event(exc.message, exc.code, exc.param))

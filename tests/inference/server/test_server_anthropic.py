@@ -155,3 +155,21 @@ def test_sdk_errors_are_typed(claude):
     with pytest.raises(anthropic.BadRequestError, match="thinking may not be enabled"):
         claude.messages.create(model=MODEL, max_tokens=2000, messages=USER, tools=[BASH],
                                thinking={"type": "enabled", "budget_tokens": 1024}, tool_choice={"type": "any"})
+
+
+def test_claude_code_shapes_system_messages_and_its_session_header(claude):
+    """What Claude Code sends: a mid-conversation system message, adaptive thinking with an effort,
+    and its session id header, which keeps the conversation's exact ids like X-Session-Id."""
+    headers = {"X-Claude-Code-Session-Id": "claude-code-session"}
+    messages = [{"role": "user", "content": [{"type": "text", "text": "list the files"}]},
+                {"role": "system", "content": "Available agents: none"}]
+    kwargs = dict(model=MODEL, max_tokens=1100, tools=[BASH], thinking={"type": "adaptive"},
+                  output_config={"effort": "high"}, extra_headers=headers, extra_body=GREEDY)
+    first = claude.messages.create(messages=messages, **kwargs)
+    assert [b.type for b in first.content] == ["thinking", "text", "tool_use"]
+    call = first.content[-1]
+    follow = messages + [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+                         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "a.py"}]}]
+    second = claude.messages.create(messages=follow, **kwargs)
+    seen = first.usage.input_tokens + first.usage.cache_read_input_tokens + first.usage.output_tokens
+    assert second.usage.cache_read_input_tokens >= seen - 16  # all but the partial last page

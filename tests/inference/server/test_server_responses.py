@@ -129,3 +129,14 @@ def test_errors_keep_the_openai_shape(client):
     with pytest.raises(openai.BadRequestError, match="input.0.content.0"):
         client.responses.create(model=MODEL, input=[{"role": "user", "content": [
             {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}])
+
+
+def test_namespace_tools_are_flattened_and_calls_name_their_namespace(client):
+    tools = [{"type": "namespace", "name": "shell_tools", "description": "Shell", "tools": [BASH]}]
+    r = client.responses.create(model=MODEL, input="list the files", tools=tools, temperature=0)
+    call = r.output[-1]
+    assert (call.type, call.name, call.namespace) == ("function_call", "bash", "shell_tools")
+    plain = client.responses.create(model=MODEL, input="list the files", tools=[BASH], temperature=0)
+    assert plain.output[-1].namespace is None
+    with pytest.raises(openai.BadRequestError, match="unique"):
+        client.responses.create(model=MODEL, input="x", tools=[BASH, *tools])
