@@ -23,6 +23,9 @@ from inference.server.responses.store import ForkView, ResponseRecord, ResponseS
 from inference.server.streaming import sse_response, until_disconnected
 from inference.server.turn import Turn, TurnEnd, start_turn, turn_events
 
+# An SSE comment: parsers skip it, proxies and read timeouts see traffic during a long prefill.
+KEEPALIVE = ": keepalive\n\n"
+
 
 def responses_router(state, store: Optional[ResponseStore] = None) -> APIRouter:
     router = APIRouter()
@@ -53,7 +56,8 @@ def responses_router(state, store: Optional[ResponseStore] = None) -> APIRouter:
             reply = ResponsesReply(_envelope(body, state.model_name), state.tokenizer.encode, namespaces)
             stream = _response_events(state, store, body, turn, reply, history, chain)
             if body.stream:
-                return sse_response(state, stream, lambda exc: reply.error_event(exc.message, exc.code, exc.param))
+                return sse_response(state, stream, lambda exc: reply.error_event(exc.message, exc.code, exc.param),
+                                    keepalive=KEEPALIVE)
             return JSONResponse(await until_disconnected(request, stream))
 
     @router.get("/v1/responses/{response_id}")
