@@ -179,6 +179,13 @@ class CountTokensRequest(BaseModel):
     thinking: Optional[Thinking] = None
     output_config: Optional[OutputConfig] = None
 
+    @field_validator("messages")
+    @classmethod
+    def _starts_with_user(cls, v: list[MessageParam]) -> list[MessageParam]:
+        if v and v[0].role != "user":
+            raise ValueError(f"the first message must have role 'user', got {v[0].role!r}")
+        return v
+
     @model_validator(mode="after")
     def _unique_tool_names(self):
         names = [t.name for t in self.tools or []]

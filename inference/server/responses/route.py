@@ -1,6 +1,6 @@
 """`POST /v1/responses`, `GET /v1/responses/{id}`, `DELETE /v1/responses/{id}`: the Responses API.
 
-Errors keep OpenAI's shape (the app's handlers). Continuation, in order of preference:
+Errors keep OpenAI's shape. Continuation, in order of preference:
 `previous_response_id` forks the stored conversation (the prompt extends the stored prompt + reply
 token for token); `prompt_cache_key` (what Codex sends with `store: false` and the full history)
 acts as chat completions' session id; otherwise the prompt is rendered from the input items.
@@ -22,13 +22,15 @@ from inference.server.responses.reply import ResponsesReply
 from inference.server.responses.store import ForkView, ResponseRecord, ResponseStore
 from inference.server.streaming import sse_response, until_disconnected
 from inference.server.turn import Turn, TurnEnd, start_turn, turn_events
+from inference.server.validation import shaped_route
 
 # An SSE comment: parsers skip it, proxies and read timeouts see traffic during a long prefill.
 KEEPALIVE = ": keepalive\n\n"
 
 
 def responses_router(state, store: Optional[ResponseStore] = None) -> APIRouter:
-    router = APIRouter()
+    # OpenAI's error shape, with messages that name the deepest problem inside items and parts.
+    router = APIRouter(route_class=shaped_route(lambda exc: exc.response()))
     store = store if store is not None else ResponseStore()
 
     @router.post("/v1/responses")
