@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Optional, Union
 
-from inference.chat.parser import FormatError, ParseEvent, StreamingParser
+from inference.chat.parser import ContentDelta, FormatError, ParseEvent, StreamingParser
 from inference.server.engine_bridge import submit
 from inference.server.errors import APIError
 from inference.server.output_text import OutputText
@@ -40,6 +40,7 @@ class Turn:
     prepared: PreparedChat
     request: Any  # inference.engine.request.GenerateRequest
     deltas: AsyncIterator
+    hidden: int = 0  # characters of content at the start that the client wrote (a prefill), not shown
 
 
 def effort_for_budget(engine, budget_tokens: int) -> str:
@@ -68,14 +69,17 @@ def build_chat(**fields) -> ChatCompletionRequest:
 
 
 def start_turn(state, chat: ChatCompletionRequest, session_id: Optional[str], sessions=None,
-               reasoning_budget: Optional[int] = None, thinking: bool = True) -> Turn:
+               reasoning_budget: Optional[int] = None, thinking: bool = True, prefill: Optional[str] = None) -> Turn:
     """Render the prompt and submit it. `sessions` (default: the server's SessionStore) is anything
     with SessionStore's `take`; `thinking=False` on a template that cannot turn thinking off closes
-    the opened <think> at once (budget 0)."""
+    the opened <think> at once (budget 0); `prefill` is assistant text the reply continues."""
     from inference.engine.request import EngineError, GenerateRequest
 
-    prepared = prepare_chat(chat, state.tokenizer, state.defaults, state.sessions if sessions is None else sessions,
-                            session_id)
+    if prefill:
+        prepared = prefilled_chat(state, chat, prefill)
+    else:
+        prepared = prepare_chat(chat, state.tokenizer, state.defaults,
+                                state.sessions if sessions is None else sessions, session_id)
     if not thinking and prepared.start_in_reasoning:
         reasoning_budget = 0
     params = sampling_params(chat, len(prepared.prompt_ids), state.max_context, state.tokenizer.stop_token_ids,
@@ -90,7 +94,18 @@ def start_turn(state, chat: ChatCompletionRequest, session_id: Optional[str], se
         deltas = submit(state.engine, gen)
     except EngineError as exc:
         raise APIError(400, str(exc), param=exc.field, code="invalid_value") from None
-    return Turn(prepared, gen, deltas)
+    return Turn(prepared, gen, deltas, hidden=len(prefill or ""))
+
+
+def prefilled_chat(state, chat: ChatCompletionRequest, prefill: str) -> PreparedChat:
+    """A prompt that ends inside the assistant turn, after `prefill` (thinking off, no session: the
+    client's partial turn is not a message the conversation has)."""
+    base = prepare_chat(chat, state.tokenizer, state.defaults, state.sessions, None)
+    style = base.template.style
+    text = (base.template.render(chat.messages, base.tools, add_generation_prompt=False) + "<|assistant|>"
+            + (style.thinking_off_prompt or style.empty_think) + prefill)
+    return replace(base, prompt_ids=state.tokenizer.encode(text), start_in_reasoning=False, prefill=prefill,
+                   conversation=None)
 
 
 async def turn_events(state, turn: Turn) -> AsyncIterator[Union[ParseEvent, TurnEnd]]:
@@ -102,6 +117,7 @@ async def turn_events(state, turn: Turn) -> AsyncIterator[Union[ParseEvent, Turn
     text = OutputText(state.tokenizer, turn.request.params.stop)
     reply = ChatReply(state.model_name)
     events = parser.feed(prepared.prefill)
+    hidden = turn.hidden
     all_ids: list[int] = []
     reason, stop, usage = None, None, None
     async with contextlib.aclosing(turn.deltas):
@@ -115,6 +131,8 @@ async def turn_events(state, turn: Turn) -> AsyncIterator[Union[ParseEvent, Turn
                 if reason == "length":  # the stop reason already says the reasoning was cut off
                     events = [e for e in events
                               if not (isinstance(e, FormatError) and e.message.startswith("unclosed <think>"))]
+            if hidden:
+                events, hidden = _drop_content(events, hidden)
             for ev in events:
                 reply.add(ev)
                 yield ev
@@ -122,3 +140,17 @@ async def turn_events(state, turn: Turn) -> AsyncIterator[Union[ParseEvent, Turn
     if prepared.conversation is not None and reason is not None:
         prepared.conversation.add_generated(all_ids, reply.message())
     yield TurnEnd(reason, stop, usage, reply)
+
+
+def _drop_content(events: list, hidden: int) -> tuple[list, int]:
+    """Leave out the first `hidden` characters of content (the parser may hold some back a while)."""
+    out = []
+    for ev in events:
+        if hidden and isinstance(ev, ContentDelta):
+            cut = min(hidden, len(ev.text))
+            hidden -= cut
+            if ev.text[cut:]:
+                out.append(ContentDelta(ev.text[cut:]))
+        else:
+            out.append(ev)
+    return out, hidden

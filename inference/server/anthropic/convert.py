@@ -26,6 +26,7 @@ from inference.server.turn import build_chat, effort_for_budget
 class ThinkingPlan:
     enabled: bool
     budget: Optional[int] = None  # exact thinking tokens allowed (None: up to max_tokens)
+    prefill: Optional[str] = None  # a final assistant message's text, which the reply continues
 
 
 def to_chat(req: CountTokensRequest, engine, model: str) -> tuple[ChatCompletionRequest, ThinkingPlan]:
@@ -35,8 +36,11 @@ def to_chat(req: CountTokensRequest, engine, model: str) -> tuple[ChatCompletion
         raise APIError(400, "tool_choice: thinking may not be enabled when tool_choice forces tool use "
                        f"(type {req.tool_choice.type!r}); use tool_choice auto or disable thinking",
                        param="tool_choice")
+    messages = _messages(req)
+    if req.messages[-1].role == "assistant":
+        plan.prefill = _prefill(req, messages.pop(), plan)
     fields = dict(
-        model=model, messages=_messages(req), tools=[_tool(t) for t in req.tools] if req.tools else None,
+        model=model, messages=messages, tools=[_tool(t) for t in req.tools] if req.tools else None,
         tool_choice=_tool_choice(req), reasoning_effort=effort,
         chat_template_kwargs=TemplateKwargs(enable_thinking=plan.enabled),
     )
@@ -96,11 +100,24 @@ def _messages(req: CountTokensRequest) -> list[Message]:
             out.append(_assistant(msg.content, where))
         else:
             out.extend(_user(msg.content, where))
-    if req.messages[-1].role == "assistant":
-        raise APIError(400, f"messages.{len(req.messages) - 1}: the last message is an assistant turn (a "
-                       "prefill); this server does not continue partial assistant turns, end with a user message",
-                       param=f"messages.{len(req.messages) - 1}")
     return out
+
+
+def _prefill(req: CountTokensRequest, last: Message, plan: ThinkingPlan) -> str:
+    """The text of a final assistant message, which the reply continues (the API's prefill)."""
+    where = f"messages.{len(req.messages) - 1}"
+    if last.tool_calls or last.reasoning_content:
+        raise APIError(400, f"{where}: a final assistant message can only hold text to continue, not "
+                       "tool_use or thinking blocks", param=where)
+    if plan.enabled:
+        raise APIError(400, f"{where}: thinking cannot be enabled when the reply continues a final assistant "
+                       "message (prefill)", param=where)
+    if isinstance(req.tool_choice, (ToolChoiceAny, ToolChoiceTool)):
+        raise APIError(400, f"{where}: a forced tool_choice cannot continue a final assistant message", param=where)
+    text = last.content or ""
+    if text != text.rstrip():
+        raise APIError(400, f"{where}: final assistant content cannot end with trailing whitespace", param=where)
+    return text
 
 
 def _assistant(blocks, where: str) -> Message:

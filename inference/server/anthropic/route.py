@@ -19,7 +19,7 @@ from inference.server.anthropic.reply import AnthropicReply, sse_event
 from inference.server.errors import APIError
 from inference.server.prompting import prepare_chat
 from inference.server.streaming import sse_response, until_disconnected
-from inference.server.turn import Turn, TurnEnd, start_turn, turn_events
+from inference.server.turn import Turn, TurnEnd, prefilled_chat, start_turn, turn_events
 
 PING = sse_event("ping", {"type": "ping"})
 
@@ -35,7 +35,8 @@ def anthropic_router(state) -> APIRouter:
         x_session_id = x_session_id or x_claude_code_session_id
         chat, plan = to_chat(body, state.engine, state.model_name)
         with state.admit():
-            turn = start_turn(state, chat, x_session_id, reasoning_budget=plan.budget, thinking=plan.enabled)
+            turn = start_turn(state, chat, x_session_id, reasoning_budget=plan.budget, thinking=plan.enabled,
+                              prefill=plan.prefill)
             stream = _message_events(state, turn, AnthropicReply(state.model_name), x_session_id, body.stream)
             if body.stream:
                 return sse_response(state, stream, error_event, keepalive=PING)
@@ -44,7 +45,9 @@ def anthropic_router(state) -> APIRouter:
     @router.post("/v1/messages/count_tokens")
     async def count_tokens(body: CountTokensRequest):
         _check_model(state, body.model)
-        chat, _ = to_chat(body, state.engine, state.model_name)
+        chat, plan = to_chat(body, state.engine, state.model_name)
+        if plan.prefill:
+            return {"input_tokens": len(prefilled_chat(state, chat, plan.prefill).prompt_ids)}
         prepared = prepare_chat(chat, state.tokenizer, state.defaults, state.sessions, None)
         return {"input_tokens": len(prepared.prompt_ids)}
 

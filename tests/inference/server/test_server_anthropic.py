@@ -16,6 +16,8 @@ import pytest
 from inference.chat.template import ChatTemplate
 from inference.server.turn import effort_for_budget
 
+from .conftest import SCRIPTED_REPLY
+
 MODEL = "glm-tiny"
 BASH = {"name": "bash", "description": "Run a shell command",
         "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}
@@ -173,3 +175,18 @@ def test_claude_code_shapes_system_messages_and_its_session_header(claude):
     second = claude.messages.create(messages=follow, **kwargs)
     seen = first.usage.input_tokens + first.usage.cache_read_input_tokens + first.usage.output_tokens
     assert second.usage.cache_read_input_tokens >= seen - 16  # all but the partial last page
+
+
+def test_prefill_is_continued_not_repeated(claude, live_server):
+    """A final assistant message is text the reply continues (the API's prefill)."""
+    tok = live_server.state.tokenizer
+    answer = SCRIPTED_REPLY.split("</think>", 1)[1]  # what the script writes after </think>
+    prefill = tok.decode(tok.encode(answer)[:2])  # ends on a token boundary of the script
+    messages = USER + [{"role": "assistant", "content": prefill}]
+    msg = claude.messages.create(model=MODEL, max_tokens=64, messages=messages, tools=[BASH], extra_body=GREEDY)
+    assert _blocks(msg) == [("text", answer.split("<tool_call>")[0][len(prefill):]),
+                            ("tool_use", ("bash", {"command": "ls -la"}))]
+    counted = claude.messages.count_tokens(model=MODEL, messages=messages, tools=[BASH]).input_tokens
+    assert msg.usage.input_tokens + msg.usage.cache_read_input_tokens == counted
+    with pytest.raises(anthropic.BadRequestError, match="trailing whitespace"):
+        claude.messages.create(model=MODEL, max_tokens=8, messages=USER + [{"role": "assistant", "content": "x "}])

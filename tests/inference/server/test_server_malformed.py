@@ -28,7 +28,7 @@ def _anthropic_mutations() -> list:
         {"messages": user([{"type": "tool_result"}])},
         {"messages": USER + [{"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "t"}]}]},
         {"messages": USER + [{"role": "assistant", "content": [{"type": "tool_use", "name": "bash", "input": {}}]}]},
-        {"messages": USER + [{"role": "assistant", "content": "prefill"}]},
+        {"messages": USER + [{"role": "assistant", "content": "prefill "}]},
         {"messages": user("word " * 5000)}, {"temperature": 5}, {"temperature": "hot"}, {"top_p": 0},
         {"top_k": -1}, {"stop_sequences": "Listing"}, {"stop_sequences": [1]}, {"stop_sequences": ["s"] * 17},
         {"tools": [{"name": "bad name!", "input_schema": {"type": "object"}}]}, {"tools": [{"name": "x"}]},
