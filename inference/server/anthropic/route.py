@@ -2,17 +2,19 @@
 
 `x-api-key` and `anthropic-version` are accepted (the server has no keys and one API version);
 `X-Session-Id` keeps the conversation's exact token history and KV cache, as in chat completions;
-Claude Code's own `X-Claude-Code-Session-Id` does the same when no X-Session-Id is given.
+Claude Code's own `X-Claude-Code-Session-Id` does the same when no X-Session-Id is given, one
+session per conversation it runs.
 """
 
 from __future__ import annotations
 
+import hashlib
 from typing import AsyncIterator, Optional
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
 
-from inference.server.anthropic.convert import to_chat
+from inference.server.anthropic.convert import system_text, to_chat
 from inference.server.anthropic.errors import AnthropicRoute, error_event
 from inference.server.anthropic.protocol import CountTokensRequest, MessagesRequest
 from inference.server.anthropic.reply import AnthropicReply, sse_event
@@ -32,7 +34,7 @@ def anthropic_router(state) -> APIRouter:
                              x_session_id: Optional[str] = Header(default=None),
                              x_claude_code_session_id: Optional[str] = Header(default=None)):
         _check_model(state, body.model)
-        x_session_id = x_session_id or x_claude_code_session_id
+        x_session_id = x_session_id or _conversation_key(x_claude_code_session_id, body)
         chat, plan = to_chat(body, state.engine, state.model_name)
         with state.admit():
             turn = start_turn(state, chat, x_session_id, reasoning_budget=plan.budget, thinking=plan.enabled,
@@ -52,6 +54,17 @@ def anthropic_router(state) -> APIRouter:
         return {"input_tokens": len(prepared.prompt_ids)}
 
     return router
+
+
+def _conversation_key(claude_session: Optional[str], body: MessagesRequest) -> Optional[str]:
+    """One Claude Code session runs several conversations (the agent, sub-agents, title and summary
+    requests) under one id; keyed by id + system prompt + first message, each keeps its own history
+    instead of evicting the others'."""
+    if not claude_session:
+        return None
+    first = body.messages[0].model_dump_json()
+    digest = hashlib.sha256((system_text(body.system) or "").encode() + b"\0" + first.encode()).hexdigest()[:16]
+    return f"claude-code:{claude_session}:{digest}"
 
 
 def _check_model(state, model: str) -> None:

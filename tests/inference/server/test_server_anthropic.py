@@ -190,3 +190,22 @@ def test_prefill_is_continued_not_repeated(claude, live_server):
     assert msg.usage.input_tokens + msg.usage.cache_read_input_tokens == counted
     with pytest.raises(anthropic.BadRequestError, match="trailing whitespace"):
         claude.messages.create(model=MODEL, max_tokens=8, messages=USER + [{"role": "assistant", "content": "x "}])
+
+
+def test_claude_code_conversations_in_one_session_keep_their_own_histories(claude, live_server):
+    """Claude Code sends one session id for the agent and its side requests (titles, sub-agents)."""
+    headers = {"X-Claude-Code-Session-Id": "one-claude-session"}
+    kwargs = dict(model=MODEL, max_tokens=64, tools=[BASH], extra_headers=headers, extra_body=GREEDY)
+    start = len(live_server.state.sessions)
+    main = claude.messages.create(messages=USER, system="agent", **kwargs)
+    side = claude.messages.create(messages=[{"role": "user", "content": "name this chat"}], system="titler", **kwargs)
+    assert side.stop_reason == "tool_use"
+    assert len(live_server.state.sessions) == start + 2  # one kept history per conversation
+    call = main.content[-1]
+    follow = USER + [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in main.content]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "ok"}]}]
+    before = len(live_server.state.sessions)
+    again = claude.messages.create(messages=follow, system="agent", **kwargs)
+    # The agent's conversation continued from its kept ids (the side request did not replace it).
+    assert len(live_server.state.sessions) == before
+    assert again.usage.cache_read_input_tokens >= main.usage.input_tokens + main.usage.output_tokens - 16
