@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Optional, Union
 
-from inference.chat.parser import ContentDelta, FormatError, ParseEvent, StreamingParser
+from inference.chat.parser import CALL_CLOSE, ContentDelta, FormatError, ParseEvent, StreamingParser
 from inference.server.engine_bridge import submit
 from inference.server.errors import APIError
 from inference.server.output_text import OutputText
@@ -41,6 +41,7 @@ class Turn:
     request: Any  # inference.engine.request.GenerateRequest
     deltas: AsyncIterator
     hidden: int = 0  # characters of content at the start that the client wrote (a prefill), not shown
+    ends_at_call: bool = False  # the first </tool_call> stops the reply (the server's stop, not the client's)
 
 
 def effort_for_budget(engine, budget_tokens: int) -> str:
@@ -69,10 +70,12 @@ def build_chat(**fields) -> ChatCompletionRequest:
 
 
 def start_turn(state, chat: ChatCompletionRequest, session_id: Optional[str], sessions=None,
-               reasoning_budget: Optional[int] = None, thinking: bool = True, prefill: Optional[str] = None) -> Turn:
+               reasoning_budget: Optional[int] = None, thinking: bool = True, prefill: Optional[str] = None,
+               one_tool_call: bool = False) -> Turn:
     """Render the prompt and submit it. `sessions` (default: the server's SessionStore) is anything
     with SessionStore's `take`; `thinking=False` on a template that cannot turn thinking off closes
-    the opened <think> at once (budget 0); `prefill` is assistant text the reply continues."""
+    the opened <think> at once (budget 0); `prefill` is assistant text the reply continues;
+    `one_tool_call` ends the reply with its first tool call (no parallel calls)."""
     from inference.engine.request import EngineError, GenerateRequest
 
     if prefill:
@@ -84,6 +87,8 @@ def start_turn(state, chat: ChatCompletionRequest, session_id: Optional[str], se
         reasoning_budget = 0
     params = sampling_params(chat, len(prepared.prompt_ids), state.max_context, state.tokenizer.stop_token_ids,
                              state.defaults, None)
+    if one_tool_call and prepared.parse_tools and prepared.tools:
+        params = params.model_copy(update={"stop": [*params.stop, CALL_CLOSE]})
     # Forced tool calls (Anthropic tool_choice any/tool, Responses tool_choice required/named) arrive
     # here as chat tool_choice, prefilled by prepare_chat. The grammar constraint that guarantees the
     # call parses against its schema plugs in at this point, on `params`, for both APIs at once.
@@ -94,7 +99,8 @@ def start_turn(state, chat: ChatCompletionRequest, session_id: Optional[str], se
         deltas = submit(state.engine, gen)
     except EngineError as exc:
         raise APIError(400, str(exc), param=exc.field, code="invalid_value") from None
-    return Turn(prepared, gen, deltas, hidden=len(prefill or ""))
+    return Turn(prepared, gen, deltas, hidden=len(prefill or ""), ends_at_call=CALL_CLOSE in params.stop and
+                CALL_CLOSE not in chat.stop_strings())
 
 
 def prefilled_chat(state, chat: ChatCompletionRequest, prefill: str) -> PreparedChat:
@@ -126,8 +132,11 @@ async def turn_events(state, turn: Turn) -> AsyncIterator[Union[ParseEvent, Turn
             final = delta.finish_reason is not None
             events += parser.feed(text.push(delta.token_ids, delta.stop_reason if final else None))
             if final:
-                events += parser.feed(text.finish()) + parser.finish()
                 reason, stop, usage = delta.finish_reason, delta.stop_reason, delta.usage
+                if turn.ends_at_call and stop == CALL_CLOSE:  # stopped on the call's close: give it back
+                    events += parser.feed(text.finish() + CALL_CLOSE)
+                    stop = None
+                events += parser.feed(text.finish()) + parser.finish()
                 if reason == "length":  # the stop reason already says the reasoning was cut off
                     events = [e for e in events
                               if not (isinstance(e, FormatError) and e.message.startswith("unclosed <think>"))]

@@ -38,7 +38,8 @@ def anthropic_router(state) -> APIRouter:
         chat, plan = to_chat(body, state.engine, state.model_name)
         with state.admit():
             turn = start_turn(state, chat, x_session_id, reasoning_budget=plan.budget, thinking=plan.enabled,
-                              prefill=plan.prefill)
+                              prefill=plan.prefill,
+                              one_tool_call=getattr(body.tool_choice, "disable_parallel_tool_use", False))
             stream = _message_events(state, turn, AnthropicReply(state.model_name), x_session_id, body.stream)
             if body.stream:
                 return sse_response(state, stream, error_event, keepalive=PING)

@@ -53,7 +53,8 @@ def responses_router(state, store: Optional[ResponseStore] = None) -> APIRouter:
         chain = previous.chain if previous else f"resp-chain-{uuid.uuid4().hex[:16]}"
         session_id = body.prompt_cache_key or (chain if body.store or previous else None)
         with state.admit():
-            turn = start_turn(state, chat, session_id, sessions=ForkView(previous) if previous else None)
+            turn = start_turn(state, chat, session_id, sessions=ForkView(previous) if previous else None,
+                              one_tool_call=body.parallel_tool_calls is False)
             namespaces = {t.name: ns for ns, t in body.function_tools() if ns is not None}
             reply = ResponsesReply(_envelope(body, state.model_name), state.tokenizer.encode, namespaces)
             stream = _response_events(state, store, body, turn, reply, history, chain)

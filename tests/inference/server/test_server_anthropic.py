@@ -209,3 +209,12 @@ def test_claude_code_conversations_in_one_session_keep_their_own_histories(claud
     # The agent's conversation continued from its kept ids (the side request did not replace it).
     assert len(live_server.state.sessions) == before
     assert again.usage.cache_read_input_tokens >= main.usage.input_tokens + main.usage.output_tokens - 16
+
+
+def test_disable_parallel_tool_use_ends_the_reply_at_the_first_call(claude, live_server):
+    kwargs = dict(model=MODEL, max_tokens=64, messages=USER, tools=[BASH], extra_body=GREEDY)
+    free = claude.messages.create(**kwargs)
+    single = claude.messages.create(tool_choice={"type": "auto", "disable_parallel_tool_use": True}, **kwargs)
+    assert _blocks(single) == _blocks(free) and single.stop_reason == "tool_use" and single.stop_sequence is None
+    # Generation stopped on the call's </tool_call>, before the model could begin another call.
+    assert single.usage.output_tokens == free.usage.output_tokens - 1

@@ -140,3 +140,20 @@ def test_namespace_tools_are_flattened_and_calls_name_their_namespace(client):
     assert plain.output[-1].namespace is None
     with pytest.raises(openai.BadRequestError, match="unique"):
         client.responses.create(model=MODEL, input="x", tools=[BASH, *tools])
+
+
+def test_parallel_tool_calls_false_ends_the_reply_at_the_first_call(client):
+    kwargs = dict(model=MODEL, input="list the files", tools=[BASH], temperature=0)
+    free = client.responses.create(**kwargs)
+    single = client.responses.create(parallel_tool_calls=False, **kwargs)
+    assert _items(single) == _items(free) == EXPECTED and single.status == "completed"
+    assert single.usage.output_tokens == free.usage.output_tokens - 1 and single.parallel_tool_calls is False
+    # The stored ids end at </tool_call> (no stop token): the continuation still equals a fresh render.
+    follow = [{"type": "function_call_output", "call_id": single.output[-1].call_id, "output": "a.py"}]
+    chained = client.responses.create(previous_response_id=single.id, input=follow, parallel_tool_calls=False,
+                                      **{k: v for k, v in kwargs.items() if k != "input"})
+    history = [{"role": "user", "content": "list the files"},
+               *[i.model_dump(exclude_none=True) for i in single.output], *follow]
+    fresh = client.responses.create(model=MODEL, input=history, tools=[BASH], temperature=0, store=False)
+    assert chained.usage.input_tokens == fresh.usage.input_tokens
+    assert chained.usage.input_tokens_details.cached_tokens >= single.usage.input_tokens
