@@ -152,3 +152,15 @@ def test_malformed_count_tokens_and_unknown_response(live_server):
     assert _anthropic_shape(resp) and "messages" in resp.json()["error"]["message"]
     resp = httpx.get(live_server.base_url + "/responses/resp_nope")
     assert resp.status_code == 404 and _openai_shape(resp)
+
+
+def test_overload_in_each_shape(live_server):
+    state = live_server.state
+    limit, state.max_inflight = state.max_inflight, 0
+    try:
+        claude = httpx.post(live_server.base_url + "/messages", json={"model": MODEL, "max_tokens": 4, "messages": USER})
+        openai_style = httpx.post(live_server.base_url + "/responses", json={"model": MODEL, "input": "hi"})
+    finally:
+        state.max_inflight = limit
+    assert claude.status_code == 529 and claude.json()["error"]["type"] == "overloaded_error"
+    assert openai_style.status_code == 503 and openai_style.json()["error"]["code"] == "overloaded"
