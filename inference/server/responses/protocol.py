@@ -195,3 +195,9 @@ class ResponsesRequest(BaseModel):
         if v is not None:
             raise ValueError("conversation objects are not supported; use previous_response_id")
         return v
+
+
+class InputTokensRequest(ResponsesRequest):
+    """`POST /v1/responses/input_tokens`: a create body without the need for a model."""
+
+    model: Optional[str] = Field(default=None, min_length=1)

@@ -1,4 +1,5 @@
-"""`POST /v1/responses`, `GET /v1/responses/{id}`, `DELETE /v1/responses/{id}`: the Responses API.
+"""`POST /v1/responses`, `POST /v1/responses/input_tokens`, `GET`/`DELETE /v1/responses/{id}`: the
+Responses API.
 
 Errors keep OpenAI's shape. Continuation, in order of preference:
 `previous_response_id` forks the stored conversation (the prompt extends the stored prompt + reply
@@ -16,8 +17,9 @@ from fastapi.responses import JSONResponse
 
 from inference.chat.messages import Message
 from inference.server.errors import APIError
+from inference.server.prompting import prepare_chat
 from inference.server.responses.convert import input_messages, to_chat
-from inference.server.responses.protocol import ResponsesRequest
+from inference.server.responses.protocol import InputTokensRequest, ResponsesRequest
 from inference.server.responses.reply import ResponsesReply
 from inference.server.responses.store import ForkView, ResponseRecord, ResponseStore
 from inference.server.streaming import sse_response, until_disconnected
@@ -35,21 +37,7 @@ def responses_router(state, store: Optional[ResponseStore] = None) -> APIRouter:
 
     @router.post("/v1/responses")
     async def create_response(body: ResponsesRequest, request: Request):
-        if body.model != state.model_name:
-            raise APIError(404, f"model: {body.model!r} does not exist; this server serves {state.model_name!r}",
-                           param="model", code="model_not_found")
-        previous = None
-        if body.previous_response_id is not None:
-            previous = store.get(body.previous_response_id)
-            if previous is None:
-                raise APIError(404, f"previous_response_id: response {body.previous_response_id!r} not found (not "
-                               "stored, evicted, or from before a restart)", param="previous_response_id",
-                               code="previous_response_not_found")
-        history = (previous.history if previous else []) + input_messages(body)
-        messages = ([Message.system(body.instructions)] if body.instructions else []) + history
-        if not history:
-            raise APIError(400, "input: empty, and no previous_response_id to continue", param="input")
-        chat = to_chat(body, messages, state.model_name)
+        previous, history, chat = _conversation(state, store, body)
         chain = previous.chain if previous else f"resp-chain-{uuid.uuid4().hex[:16]}"
         session_id = body.prompt_cache_key or (chain if body.store or previous else None)
         with state.admit():
@@ -63,6 +51,14 @@ def responses_router(state, store: Optional[ResponseStore] = None) -> APIRouter:
                                     keepalive=KEEPALIVE)
             return JSONResponse(await until_disconnected(request, stream))
 
+    @router.post("/v1/responses/input_tokens")
+    async def count_input_tokens(body: InputTokensRequest):
+        """The prompt a create with this body would run, counted (a continuation: the forked ids)."""
+        previous, _, chat = _conversation(state, store, body)
+        sessions = ForkView(previous) if previous else state.sessions
+        prepared = prepare_chat(chat, state.tokenizer, state.defaults, sessions, "count" if previous else None)
+        return {"object": "response.input_tokens", "input_tokens": len(prepared.prompt_ids)}
+
     @router.get("/v1/responses/{response_id}")
     async def get_response(response_id: str):
         return _stored(store, response_id).body
@@ -74,6 +70,25 @@ def responses_router(state, store: Optional[ResponseStore] = None) -> APIRouter:
         return {"id": response_id, "object": "response.deleted", "deleted": True}
 
     return router
+
+
+def _conversation(state, store: ResponseStore, body: ResponsesRequest):
+    """(the continued record or None, the history without instructions, the internal chat request)."""
+    if body.model is not None and body.model != state.model_name:
+        raise APIError(404, f"model: {body.model!r} does not exist; this server serves {state.model_name!r}",
+                       param="model", code="model_not_found")
+    previous = None
+    if body.previous_response_id is not None:
+        previous = store.get(body.previous_response_id)
+        if previous is None:
+            raise APIError(404, f"previous_response_id: response {body.previous_response_id!r} not found (not "
+                           "stored, evicted, or from before a restart)", param="previous_response_id",
+                           code="previous_response_not_found")
+    history = (previous.history if previous else []) + input_messages(body)
+    if not history:
+        raise APIError(400, "input: empty, and no previous_response_id to continue", param="input")
+    messages = ([Message.system(body.instructions)] if body.instructions else []) + history
+    return previous, history, to_chat(body, messages, state.model_name)
 
 
 def _stored(store: ResponseStore, response_id: str) -> ResponseRecord:

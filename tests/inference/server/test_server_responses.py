@@ -157,3 +157,16 @@ def test_parallel_tool_calls_false_ends_the_reply_at_the_first_call(client):
     fresh = client.responses.create(model=MODEL, input=history, tools=[BASH], temperature=0, store=False)
     assert chained.usage.input_tokens == fresh.usage.input_tokens
     assert chained.usage.input_tokens_details.cached_tokens >= single.usage.input_tokens
+
+
+def test_input_tokens_counts_the_prompt_a_create_would_run(client):
+    kwargs = dict(input="list the files", tools=[BASH], instructions="Be terse.")
+    counted = client.responses.input_tokens.count(model=MODEL, **kwargs)
+    first = client.responses.create(model=MODEL, temperature=0, **kwargs)
+    assert counted.input_tokens == first.usage.input_tokens and counted.object == "response.input_tokens"
+    follow = [{"type": "function_call_output", "call_id": first.output[-1].call_id, "output": "a.py"}]
+    chained = client.responses.input_tokens.count(previous_response_id=first.id, input=follow, tools=[BASH],
+                                                   instructions="Be terse.")
+    second = client.responses.create(model=MODEL, previous_response_id=first.id, input=follow, tools=[BASH],
+                                     instructions="Be terse.", temperature=0)
+    assert chained.input_tokens == second.usage.input_tokens
