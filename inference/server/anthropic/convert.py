@@ -23,13 +23,15 @@ from inference.server.turn import build_chat, effort_for_budget
 
 
 @dataclass
-class ThinkingPlan:
+class TurnPlan:
+    """What the chat request does not carry: thinking on or off, its exact budget, a prefill."""
+
     enabled: bool
     budget: Optional[int] = None  # exact thinking tokens allowed (None: up to max_tokens)
     prefill: Optional[str] = None  # a final assistant message's text, which the reply continues
 
 
-def to_chat(req: CountTokensRequest, engine, model: str) -> tuple[ChatCompletionRequest, ThinkingPlan]:
+def to_chat(req: CountTokensRequest, engine, model: str) -> tuple[ChatCompletionRequest, TurnPlan]:
     plan, effort = _thinking(req, engine)
     forced = isinstance(req.tool_choice, (ToolChoiceAny, ToolChoiceTool))
     if forced and plan.enabled:
@@ -50,13 +52,13 @@ def to_chat(req: CountTokensRequest, engine, model: str) -> tuple[ChatCompletion
     return build_chat(**fields), plan
 
 
-def _thinking(req: CountTokensRequest, engine) -> tuple[ThinkingPlan, Optional[str]]:
+def _thinking(req: CountTokensRequest, engine) -> tuple[TurnPlan, Optional[str]]:
     effort = getattr(getattr(req, "output_config", None), "effort", None)
     if isinstance(req.thinking, ThinkingEnabled):
-        return ThinkingPlan(True, req.thinking.budget_tokens), effort_for_budget(engine, req.thinking.budget_tokens)
+        return TurnPlan(True, req.thinking.budget_tokens), effort_for_budget(engine, req.thinking.budget_tokens)
     if isinstance(req.thinking, ThinkingAdaptive):
-        return ThinkingPlan(True), effort
-    return ThinkingPlan(False), None
+        return TurnPlan(True), effort
+    return TurnPlan(False), None
 
 
 def _tool(tool) -> dict:
@@ -103,7 +105,7 @@ def _messages(req: CountTokensRequest) -> list[Message]:
     return out
 
 
-def _prefill(req: CountTokensRequest, last: Message, plan: ThinkingPlan) -> str:
+def _prefill(req: CountTokensRequest, last: Message, plan: TurnPlan) -> str:
     """The text of a final assistant message, which the reply continues (the API's prefill)."""
     where = f"messages.{len(req.messages) - 1}"
     if last.tool_calls or last.reasoning_content:
