@@ -61,6 +61,13 @@ class Conversation:
     def ids(self) -> list[int]:
         return list(self._ids)
 
+    def fork(self) -> "Conversation":
+        """An independent copy: adding to it leaves this one as it is (one stored reply, many follow-ups)."""
+        clone = Conversation.__new__(Conversation)
+        clone.__dict__.update(self.__dict__)
+        clone.messages, clone._ids = list(self.messages), list(self._ids)
+        return clone
+
     def add(self, *messages: Message | dict) -> None:
         """Append messages (system, user, tool results, or a client-supplied assistant turn)."""
         new = coerce_messages(messages)

@@ -166,7 +166,8 @@ class Engine:
         if len(req.prompt_ids) >= self.max_sequence:
             raise EngineError("prompt_ids", f"prompt of {len(req.prompt_ids)} tokens does not fit the KV budget "
                               f"({self.max_sequence} tokens per sequence); raise kv_budget_tokens")
-        if req.reasoning_effort is not None and (self.think_start_id is None or self.think_end_id is None):
+        thinking_limited = req.reasoning_effort is not None or req.reasoning_budget is not None
+        if thinking_limited and (self.think_start_id is None or self.think_end_id is None):
             raise EngineError("reasoning_effort", "the checkpoint has no <think>/</think> tokens; set "
                               "EngineConfig.think_start_id / think_end_id")
 
@@ -182,7 +183,8 @@ class Engine:
         seq = Sequence(rid, req.prompt_ids, req.params, req.session_id, req.reasoning_effort,
                        stop_token_ids=frozenset(req.params.stop_token_ids))
         seq.reasoning = make_reasoning_state(req.reasoning_effort, self.config.reasoning_budgets,
-                                             self.think_start_id, self.think_end_id, req.prompt_ids)
+                                             self.think_start_id, self.think_end_id, req.prompt_ids,
+                                             budget=req.reasoning_budget)
         handle = RequestHandle(rid, self._drive)
         with self._lock:
             self._inbox.append((seq, handle))

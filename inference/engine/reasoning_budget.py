@@ -42,7 +42,8 @@ class ReasoningState:
 
 def make_reasoning_state(effort: Optional[str], budgets: dict[str, Optional[int]],
                          think_start_id: Optional[int], think_end_id: Optional[int],
-                         prompt_ids: list[int]) -> Optional[ReasoningState]:
-    if effort is None or think_start_id is None or think_end_id is None:
+                         prompt_ids: list[int], budget: Optional[int] = None) -> Optional[ReasoningState]:
+    """`budget` (tokens) overrides the effort level's budget when given."""
+    if (effort is None and budget is None) or think_start_id is None or think_end_id is None:
         return None
-    return ReasoningState(budgets.get(effort), think_start_id, think_end_id, prompt_ids)
+    return ReasoningState(budgets.get(effort) if budget is None else budget, think_start_id, think_end_id, prompt_ids)

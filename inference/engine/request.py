@@ -27,6 +27,8 @@ class GenerateRequest(BaseModel):
     params: SamplingParams = Field(default_factory=SamplingParams)
     session_id: Optional[str] = None
     reasoning_effort: Optional[ReasoningEffort] = None
+    # Thinking tokens allowed, overriding the effort level's budget (Anthropic's `budget_tokens`).
+    reasoning_budget: Optional[int] = Field(default=None, ge=0)
     request_id: Optional[str] = None
 
 

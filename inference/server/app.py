@@ -19,6 +19,8 @@ from fastapi import FastAPI, Header, Request
 from fastapi.responses import StreamingResponse
 
 from inference.chat.parser import FormatError, StreamingParser
+from inference.server.anthropic.route import anthropic_router
+from inference.server.responses.route import responses_router
 from inference.server.choices import ChoiceEnd, merge_responses, merge_streams
 from inference.server.engine_bridge import submit
 from inference.server.errors import APIError, install_error_handlers
@@ -60,6 +62,8 @@ def create_app(state: ServerState) -> FastAPI:
     app = FastAPI(title="Horizon GLM-5.x server")
     app.state.horizon = state
     install_error_handlers(app)
+    app.include_router(anthropic_router(state))
+    app.include_router(responses_router(state))
 
     @app.get("/health")
     async def health() -> dict:

@@ -70,3 +70,13 @@ def test_spent_budget_forbids_reopening():
     assert state.forced_token() == END
     state.advance(END)
     assert state.forced_token() is None and state.banned_token() == START
+
+
+def test_request_budget_overrides_the_effort_budget(engine_checkpoint):
+    eng = engine(engine_checkpoint)
+    prompt = make_prompt(70, 20) + [START]
+    free = run(eng, prompt, None)
+    (res,) = eng.generate([GenerateRequest(prompt_ids=prompt, reasoning_effort="medium", reasoning_budget=2,
+                                           params=SamplingParams(temperature=0, max_tokens=10, ignore_eos=True))])
+    out = res.token_ids
+    assert out[:2] == free[:2] and out[2] == END and thinking_tokens(out, True) == 2
