@@ -36,7 +36,9 @@ from inference.fp8 import DEFAULT_BLOCK, dequantize_blockwise
 from inference.fp8_resident import make_fp8_resident, scale_errors
 from inference.layers.fp8_linear import check_weight_format
 from inference.model import Glm5ForCausalLM
-from inference.parallel.shard import REPLICATED, Shard, fp8_block_misalignments, owns_expert, shard_for
+from inference.parallel.shard import (
+    REPLICATED, Shard, fp8_block_misalignments, owns_expert, shard_for, validate_layout,
+)
 from inference.parallel.state import ParallelState
 
 log = logging.getLogger(__name__)
@@ -137,6 +139,7 @@ def load_model(
     if not mtp:
         overrides["num_nextn_predict_layers"] = 0
     config = ModelConfig.from_pretrained(path, **overrides)
+    validate_layout(config, parallel)  # a layout the shapes cannot take fails before anything is read
     shards = _Shards(checkpoint_files(path))
     block = config.weight_block_size or DEFAULT_BLOCK
     with torch.device("meta"):

@@ -75,7 +75,7 @@ class DraftSelection:
 class Glm5Model(nn.Module):
     def __init__(self, config: ModelConfig, parallel: ParallelState):
         super().__init__()
-        if parallel.world > 1:
+        if parallel.tp > 1:
             self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, parallel)
         else:
             self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
@@ -94,7 +94,7 @@ class Glm5ForCausalLM(nn.Module):
         self.parallel = parallel or ParallelState.single()
         validate_layout(config, self.parallel)
         self.model = Glm5Model(config, self.parallel)
-        if self.parallel.world > 1:
+        if self.parallel.tp > 1:
             self.lm_head = ParallelLMHead(config.hidden_size, config.vocab_size, self.parallel)
         else:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
@@ -186,7 +186,21 @@ class Glm5ForCausalLM(nn.Module):
         return picked, self.lm_head(picked), (h if return_all_hidden else None)
 
     @torch.inference_mode()
+    def idle_forward(self, mtp: bool = False) -> None:
+        """DP attention: this rank has no tokens this step but still joins every MoE layer's token
+        exchange (its experts serve the other ranks' tokens), of the target stack or the MTP layer."""
+        dp = self.parallel.dp
+        dp.begin(0, self.device)
+        layers = self.model.layers[self.config.num_hidden_layers:] if mtp else self.model.layers[: self.config.num_hidden_layers]
+        empty = torch.empty(0, self.config.hidden_size, dtype=self.dtype, device=self.device)
+        for layer in layers:
+            if hasattr(layer.mlp, "gate"):  # MoE
+                layer.mlp(empty, self._kernels(empty))
+
+    @torch.inference_mode()
     def forward_batch(self, batch: ForwardBatch, cache: PagedKVCache, return_all_hidden: bool = False) -> ModelOutput:
+        if self.parallel.dp is not None:
+            self.parallel.dp.begin(batch.num_tokens, self.device)
         meta, rope = self._prepare(batch, cache)
         stack = self._layer_stack
         compiler = self._decode_compiler
@@ -215,6 +229,8 @@ class Glm5ForCausalLM(nn.Module):
             raise ValueError(
                 f"prev_hidden: shape {tuple(prev_hidden.shape)}, expected ({batch.num_tokens}, {self.config.hidden_size})"
             )
+        if self.parallel.dp is not None:
+            self.parallel.dp.begin(batch.num_tokens, self.device)
         meta, rope = self._prepare(batch, cache)
         mtp: MTPLayer = self.model.layers[self.config.num_hidden_layers]
         u = mtp.combine(self.model.embed_tokens(batch.input_ids), prev_hidden.to(self.dtype))

@@ -18,6 +18,7 @@ from inference.layers.mlp import SwiGLU
 from inference.layers.moe import MoE
 from inference.layers.norm import RMSNorm
 from inference.layers.rope import RopeTables
+from inference.parallel.comm import SingleComm
 from inference.parallel.state import ParallelState
 
 
@@ -26,7 +27,8 @@ class DecoderLayer(nn.Module):
         super().__init__()
         parallel = parallel or ParallelState.single()
         self.layer = layer
-        self.comm = parallel.comm
+        # Partial sums only under tensor parallelism; DP attention's MoE exchanges its tokens itself.
+        self.comm = parallel.comm if parallel.tp > 1 else SingleComm()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = MLAttention(config, config.is_full_indexer(layer), parallel)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)

@@ -176,12 +176,26 @@ class MoE(nn.Module):
         super().__init__()
         parallel = parallel or ParallelState.single()
         self.gate = TopkRouter(config)  # replicated: every rank routes every token the same way
+        self.dp = parallel.dp  # DP attention: the token exchange around the routed experts
         self.experts = RoutedExperts(config, parallel)
         shared = config.moe_intermediate_size * config.n_shared_experts
         self.shared_experts = SwiGLU(config.hidden_size, parallel.split(shared, "moe_intermediate_size * n_shared_experts")[1])
 
     def forward(self, x: torch.Tensor, kernels: str | None = None) -> torch.Tensor:
+        if self.dp is not None:
+            return self._dp_forward(x, kernels)
         ids, weights = self.gate(x)
         if kernels is None and x.shape[0] == 1:
             return self.experts.single_token(x, ids, weights, self.shared_experts(x))
         return self.experts(x, ids, weights, kernels) + self.shared_experts(x)
+
+    def _dp_forward(self, x: torch.Tensor, kernels: str | None) -> torch.Tensor:
+        """Every rank's tokens through this rank's experts, the sums back to their owners; the
+        shared expert (replicated) runs on this rank's own tokens."""
+        dp = self.dp
+        gathered = dp.gather(x)
+        ids, weights = self.gate(gathered)
+        # Padding rows (zeros) route somewhere too; a zero weight makes their contribution exactly 0.
+        weights = weights.masked_fill(dp.pad_rows(x.device).unsqueeze(1), 0.0)
+        routed = dp.scatter(self.experts(gathered, ids, weights, kernels))
+        return routed + self.shared_experts(x) if x.shape[0] else routed

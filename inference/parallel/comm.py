@@ -41,6 +41,7 @@ class Comm(Protocol):
 
     def all_reduce(self, t: torch.Tensor) -> torch.Tensor: ...
     def all_gather(self, t: torch.Tensor, dim: int = -1) -> torch.Tensor: ...
+    def reduce_scatter(self, t: torch.Tensor, dim: int = 0) -> torch.Tensor: ...
     def gather_to_leader(self, t: torch.Tensor, dim: int = -1) -> torch.Tensor | None: ...
     def broadcast(self, t: torch.Tensor, src: int = 0) -> torch.Tensor: ...
     def broadcast_object(self, obj: Any = None, src: int = 0) -> Any: ...
@@ -63,6 +64,9 @@ class SingleComm:
         return t
 
     def all_gather(self, t, dim=-1):
+        return t
+
+    def reduce_scatter(self, t, dim=0):
         return t
 
     def gather_to_leader(self, t, dim=-1):
@@ -128,6 +132,15 @@ class ThreadComm:
     def all_gather(self, t, dim=-1):
         self.stats.add("all_gather", _nbytes(t))
         return torch.cat(self._rv.exchange(self.rank, t), dim=dim)
+
+    def reduce_scatter(self, t, dim=0):
+        """Sum over ranks (rank order), then this rank's 1/world chunk along dim."""
+        self.stats.add("reduce_scatter", _nbytes(t))
+        parts = self._rv.exchange(self.rank, t)
+        out = parts[0].clone()
+        for p in parts[1:]:
+            out += p
+        return out.chunk(self.world, dim=dim)[self.rank].clone()
 
     def gather_to_leader(self, t, dim=-1):
         self.stats.add("gather", _nbytes(t))

@@ -93,6 +93,8 @@ def shard_for(name: str, config: ModelConfig, state: ParallelState) -> Shard:
     """This rank's slice of checkpoint tensor `name` (a `.weight`; scales use `Shard.in_blocks`)."""
     if state.world == 1:
         return REPLICATED
+    if state.tp == 1 and not _EXPERT.match(name):  # DP attention: only the routed experts are split
+        return REPLICATED
     if _VOCAB.match(name):
         return _rows(state.vocab(config.vocab_size))
     m = _ATTN.search(name)

@@ -27,12 +27,20 @@ class ParallelState:
     rank: int = 0
     ep: int = 1  # expert-parallel groups; divides world
     comm: Comm = field(default_factory=SingleComm, compare=False, repr=False)
+    # DP attention (dp_attention.py): heads, dense/shared MLPs and the vocab unsplit, every rank on its
+    # own sequences; only the routed experts split, their tokens exchanged through `dp`.
+    attention_dp: bool = False
+    dp: "DPExchange | None" = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if self.world < 1 or not 0 <= self.rank < self.world:
             raise ParallelConfigError(f"rank {self.rank} of world {self.world}: expected 0 <= rank < world")
         if self.ep < 1 or self.world % self.ep:
             raise ParallelConfigError(f"expert parallel size {self.ep} does not divide the world size {self.world}")
+        if self.attention_dp and self.world > 1 and self.dp is None:
+            from inference.parallel.dp_attention import DPExchange
+
+            object.__setattr__(self, "dp", DPExchange(self.comm))
 
     @classmethod
     def single(cls) -> "ParallelState":
@@ -40,7 +48,12 @@ class ParallelState:
 
     @property
     def tp(self) -> int:
-        return self.world
+        """Ranks that split attention heads, the dense/shared MLPs and the vocab (1 under DP attention)."""
+        return 1 if self.attention_dp else self.world
+
+    @property
+    def tp_rank(self) -> int:
+        return 0 if self.attention_dp else self.rank
 
     @property
     def is_leader(self) -> bool:
@@ -62,7 +75,7 @@ class ParallelState:
     def split(self, n: int, what: str, parts: int | None = None, index: int | None = None) -> tuple[int, int]:
         """(start, size) of this rank's contiguous share of n units over `parts` ranks."""
         parts = self.tp if parts is None else parts
-        index = self.rank if index is None else index
+        index = self.tp_rank if index is None else index
         if n % parts:
             raise ParallelConfigError(f"{what} = {n} is not divisible by the parallel size {parts}")
         size = n // parts
@@ -81,4 +94,4 @@ class ParallelState:
         """Rows of the vocab this rank holds; the vocab is padded up to a multiple of tp and the
         padding rows (zeros) are sliced off the gathered logits."""
         per = -(-vocab_size // self.tp)
-        return self.rank * per, per
+        return self.tp_rank * per, per

@@ -64,6 +64,18 @@ class TorchComm:
         dist.all_gather(parts, t.contiguous(), group=self.group)
         return torch.cat(parts, dim=dim)
 
+    def reduce_scatter(self, t, dim=0):
+        """Sum over ranks, then this rank's chunk. gloo has no reduce-scatter: all-reduce and
+        slice there (the same sum; twice the bytes, which on a CPU test rig does not matter)."""
+        self.stats.add("reduce_scatter", _nbytes(t))
+        t = t.contiguous()
+        if dist.get_backend(self.group) == "nccl" and dim == 0:
+            out = t.new_empty(t.shape[0] // self.world, *t.shape[1:])
+            dist.reduce_scatter_tensor(out, t, group=self.group)
+            return out
+        dist.all_reduce(t, group=self.group)
+        return t.chunk(self.world, dim=dim)[self.rank].clone()
+
     def gather_to_leader(self, t, dim=-1):
         self.stats.add("gather", _nbytes(t))
         t = t.contiguous()

@@ -42,22 +42,39 @@ def test_expert_tp_split_keeps_gate_then_up(tp_checkpoint):
 
 
 def test_split_tensors_are_never_read_whole(tp_checkpoint, monkeypatch):
-    """Only get_slice on the memory map: reading a whole sharded tensor would fail here."""
+    """Only this rank's slice of a split tensor is read from the memory map (get_slice), never the
+    whole tensor: every read of a split tensor returns its local shape."""
+    import inference.loader as loader
     from inference.parallel.shard import shard_for
 
-    import inference.loader as loader
+    reads: list[tuple[str, tuple]] = []
+    whole: list[str] = []
+    original_read, original_get = loader._Shards.read, loader._Shards.get
 
-    whole_reads = []
-    original = loader._Shards.get
+    def read(self, name, shard):
+        t = original_read(self, name, shard)
+        reads.append((name, tuple(t.shape)))
+        return t
 
     def get(self, name):
-        whole_reads.append(name)
-        return original(self, name)
+        whole.append(name)
+        return original_get(self, name)
 
+    monkeypatch.setattr(loader._Shards, "read", read)
     monkeypatch.setattr(loader._Shards, "get", get)
     model = load_model(tp_checkpoint, dtype=torch.float32, parallel=_state(2, 0, 2))
-    split = [n for n in whole_reads if not shard_for(n, model.config, model.parallel).replicated]
-    assert whole_reads and split == []  # the replicated ones are read whole, nothing else
+    shapes = loader._Shards(loader.checkpoint_files(tp_checkpoint))
+    split = [(n, got) for n, got in reads if not shard_for(n, model.config, model.parallel).replicated]
+    assert len(split) > 10 and whole == []
+    for name, got in split:
+        full = shapes.shape(name)
+        local = shard_for(name, model.config, model.parallel).local_shape(full)
+        # Whole experts (ep == tp) are this rank's own: read whole, but only the owned ones.
+        assert got == local and (local != full or ".experts." in name), name
+    from inference.parallel.shard import owns_expert
+
+    experts = {int(n.split(".experts.")[1].split(".")[0]) for n, _ in reads if ".experts." in n}
+    assert experts and all(owns_expert(e, model.config, model.parallel) for e in experts)
 
 
 def test_resident_bytes_are_about_one_nth(tp_checkpoint):
