@@ -67,6 +67,7 @@ def dequantize_blockwise(
     s = scale_inv.float()
     if shape[0] % block[0] == 0 and shape[1] % block[1] == 0:  # broadcast, no expanded scale copy
         lead = tuple(weight.shape[:-2])
-        blocks = w.reshape(*lead, s.shape[-2], block[0], s.shape[-1], block[1]) * s.view(*lead, s.shape[-2], 1, s.shape[-1], 1)
+        rows, cols = s.shape[-2:]
+        blocks = w.reshape(*lead, rows, block[0], cols, block[1]) * s.view(*lead, rows, 1, cols, 1)
         return blocks.view(weight.shape).to(dtype)
     return (w * _expand(s, shape, block)).to(dtype)
