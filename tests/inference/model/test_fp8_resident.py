@@ -143,6 +143,16 @@ def test_missing_or_misshaped_scales_are_refused_naming_the_tensor(fp8_checkpoin
         load_model(wrong, weight_format=weight_format)
 
 
+def test_a_checkpoint_without_fp8_weights_loads_plain_under_every_format(tiny_checkpoint):
+    ids = _ids(6)
+    with torch.no_grad():
+        ref = load_model(tiny_checkpoint)(ids)
+        for weight_format in ("fp8", "fp8_w8a8"):
+            model = load_model(tiny_checkpoint, weight_format=weight_format)
+            assert not any(isinstance(m, (Fp8Linear, Fp8RoutedExperts)) for m in model.modules())
+            assert torch.equal(model(ids), ref)
+
+
 def test_unknown_weight_format_is_refused(fp8_checkpoint):
     with pytest.raises(ValueError, match=r"weight_format='int4': expected one of \('dequant', 'fp8', 'fp8_w8a8'\)"):
         load_model(fp8_checkpoint, weight_format="int4")
