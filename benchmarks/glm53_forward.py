@@ -65,13 +65,14 @@ def random_fp8_model(config: ModelConfig, device: torch.device, seed: int = 0) -
         make_fp8_resident(model, config, block, "fp8", lambda name: bool(_QUANTIZED.search(name)))
     gen = torch.Generator(device=device).manual_seed(seed)
     state = {}
-    for name, p in model.state_dict().items():
+    meta = model.state_dict()
+    for name, p in meta.items():
         shape = tuple(p.shape)
         if name.endswith("_scale_inv"):
             continue
         if p.dtype == E4M3:  # per leading index: a whole expert stack in fp32 would not fit
             q = torch.empty(shape, dtype=E4M3, device=device)
-            s = torch.empty(tuple(model.state_dict()[name + "_scale_inv"].shape), device=device)
+            s = torch.empty(tuple(meta[name + "_scale_inv"].shape), device=device)
             for i in range(shape[0] if len(shape) == 3 else 1):
                 w = torch.randn(shape[-2:], device=device, generator=gen) / shape[-1] ** 0.5
                 qi, si = quantize_blockwise(w, block)

@@ -17,6 +17,8 @@ def register(subparsers) -> None:
     init.add_argument("--preset", choices=["tiny", "small"], default="tiny")
     init.add_argument("--seed", type=int, default=0)
     init.add_argument("--fp8", action="store_true", help="FP8 e4m3 weights with 128x128 weight_scale_inv blocks")
+    init.add_argument("--fp8-block", default="128,128", metavar="ROWS,COLS",
+                      help="FP8 scale block (tiny presets need small ones, e.g. 8,8, for scales to vary)")
     init.add_argument("--shards", type=int, default=2, help="number of safetensors files (>= 1)")
     init.add_argument("--force", action="store_true",
                       help="write into a non-empty OUT, first removing its checkpoint files (others stay)")
@@ -72,6 +74,10 @@ def _init_random(args: argparse.Namespace) -> int:
 
     try:
         overrides = parse_overrides(args.overrides)
+        try:
+            fp8_block = tuple(int(v) for v in args.fp8_block.split(","))
+        except ValueError:
+            raise ValueError(f"--fp8-block {args.fp8_block!r}: expected ROWS,COLS (two ints)") from None
         check_args(args.preset, overrides, args.shards)
         if args.out.exists() and not args.out.is_dir():
             raise ValueError(f"{args.out}: exists and is not a directory")
@@ -79,7 +85,8 @@ def _init_random(args: argparse.Namespace) -> int:
             if not args.force:
                 raise ValueError(f"{args.out}: directory is not empty (pass --force to replace the checkpoint in it)")
             clear_checkpoint_files(args.out)
-        write_random_checkpoint(args.out, args.preset, args.seed, overrides, fp8=args.fp8, shards=args.shards)
+        write_random_checkpoint(args.out, args.preset, args.seed, overrides, fp8=args.fp8, shards=args.shards,
+                                fp8_block=fp8_block)
     except (ValueError, ConfigError) as exc:
         print(f"horizon model init-random: {exc}", file=sys.stderr)
         return 2

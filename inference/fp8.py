@@ -12,6 +12,7 @@ import torch
 
 E4M3_MAX = 448.0
 DEFAULT_BLOCK = (128, 128)
+_E4M3_TO_FP32 = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
 
 
 def scale_shape(shape: tuple[int, int], block: tuple[int, int] = DEFAULT_BLOCK) -> tuple[int, int]:
@@ -45,9 +46,8 @@ def e4m3_to_float(weight: torch.Tensor) -> torch.Tensor:
     than torch's element cast); the values are the same either way."""
     if weight.device.type != "cpu" or weight.dtype != torch.float8_e4m3fn:
         return weight.float()
-    table = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
     codes = weight.contiguous().view(torch.uint8).reshape(-1).int()
-    return table.index_select(0, codes).view(weight.shape)
+    return _E4M3_TO_FP32.index_select(0, codes).view(weight.shape)
 
 
 def dequantize_blockwise(
@@ -67,6 +67,7 @@ def dequantize_blockwise(
     s = scale_inv.float()
     if shape[0] % block[0] == 0 and shape[1] % block[1] == 0:  # broadcast, no expanded scale copy
         lead = tuple(weight.shape[:-2])
-        blocks = w.reshape(*lead, s.shape[-2], block[0], s.shape[-1], block[1]) * s.view(*lead, s.shape[-2], 1, s.shape[-1], 1)
+        rows, cols = s.shape[-2:]
+        blocks = w.reshape(*lead, rows, block[0], cols, block[1]) * s.view(*lead, rows, 1, cols, 1)
         return blocks.view(weight.shape).to(dtype)
     return (w * _expand(s, shape, block)).to(dtype)

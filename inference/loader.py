@@ -293,6 +293,8 @@ def _plan(config: ModelConfig, expected: dict[str, tuple[int, ...]], shards: _Sh
         plan[param] = owned
         if param + "_scale_inv" in expected:  # FP8-resident experts: pack the scale rows alike
             plan[param + "_scale_inv"] = {(e, r // block[0]): n + "_scale_inv" for (e, r), n in owned.items()}
+            errors += [f"{n}_scale_inv: missing (this layer's experts are FP8-resident)" for n in owned.values()
+                       if n + "_scale_inv" not in names]  # fmt: skip
     for param, shape in expected.items():
         if param in plan:
             continue

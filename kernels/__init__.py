@@ -12,10 +12,14 @@ One DSA attention step of a layer, with the caches of inference/kv_cache.py (row
     # out_lat [N, heads, 512] -> W_UV -> o_proj. IndexShare "shared" layers reuse sel.slots.
 
 and the routed experts of an MoE layer: ``fused_moe(x, gate_up_proj, down_proj, ids, weights)``.
+FP8 weights (e4m3 + block scales): ``w8a8_linear`` / ``act_quant`` + ``fp8_gemm``, ``weight_dequant``
+and ``fused_moe_fp8`` (kernels/fp8_gemm.py, kernels/fused_moe_fp8.py).
 """
 
 from kernels.backend import BACKENDS, resolve_backend
+from kernels.fp8_gemm import act_quant, fp8_gemm, w8a8_linear, weight_dequant
 from kernels.fused_moe import fused_moe, fused_moe_torch, fused_moe_triton
+from kernels.fused_moe_fp8 import fused_moe_fp8
 from kernels.indexer_topk import IndexerTopk, indexer_scores, indexer_scores_torch, indexer_scores_triton, indexer_topk
 from kernels.paged_slots import slots_from_block_table
 from kernels.sparse_mla import sparse_mla_attention, sparse_mla_torch, sparse_mla_triton
@@ -23,6 +27,11 @@ from kernels.sparse_mla import sparse_mla_attention, sparse_mla_torch, sparse_ml
 __all__ = [
     "BACKENDS",
     "IndexerTopk",
+    "act_quant",
+    "fp8_gemm",
+    "fused_moe_fp8",
+    "w8a8_linear",
+    "weight_dequant",
     "fused_moe",
     "fused_moe_torch",
     "fused_moe_triton",

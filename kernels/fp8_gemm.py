@@ -115,7 +115,9 @@ def _act_quant_kernel(
     rows = offs_m.to(tl.int64)
     x = tl.load(x_ptr + rows[:, None] * stride_xm + offs_k[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
     q, s = quant_tile(x, amax_floor, E4M3_MAX_C)
-    tl.store(q_ptr + rows[:, None] * stride_qm + offs_k[None, :], q.to(q_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=m_ok[:, None])
+    # the value is already on the e4m3 grid; rtne only keeps the interpreter from truncating it
+    q = q.to(q_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
+    tl.store(q_ptr + rows[:, None] * stride_qm + offs_k[None, :], q, mask=m_ok[:, None])
     tl.store(s_ptr + rows * stride_sm + g, s, mask=m_ok)
 
 
@@ -168,7 +170,8 @@ def _weight_dequant_kernel(
     rows = offs_n.to(tl.int64)
     w = tl.load(w_ptr + rows[:, None] * stride_wn + offs_k[None, :], mask=mask, other=0.0).to(tl.float32)
     s = tl.load(s_ptr + pid_n * stride_sn + pid_k)
-    tl.store(y_ptr + rows[:, None] * stride_yn + offs_k[None, :], (w * s).to(y_ptr.dtype.element_ty, fp_downcast_rounding="rtne"), mask=mask)
+    y = (w * s).to(y_ptr.dtype.element_ty, fp_downcast_rounding="rtne")
+    tl.store(y_ptr + rows[:, None] * stride_yn + offs_k[None, :], y, mask=mask)
 
 
 _ACT_QUANT_KERNEL = TritonKernel(_act_quant_kernel)

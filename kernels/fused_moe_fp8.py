@@ -156,7 +156,9 @@ def fused_moe_fp8_meta(block: tuple[int, int] = (128, 128), block_m: int = 16, b
     return gate_up, down
 
 
-def fused_moe_fp8_triton(hidden, gate_up, gate_up_scale, down, down_scale, topk_ids, topk_weights, block=(128, 128), block_m=16):
+def fused_moe_fp8_triton(
+    hidden, gate_up, gate_up_scale, down, down_scale, topk_ids, topk_weights, block=(128, 128), block_m=16
+):
     T, H = hidden.shape
     E, two_i, _ = gate_up.shape
     I = two_i // 2

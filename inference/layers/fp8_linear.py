@@ -47,6 +47,12 @@ class Fp8Weight:
     input_major: bool = False
 
     def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
+        if self.q.is_cuda and all(b >= 16 and b & (b - 1) == 0 for b in self.block):
+            # One Triton pass (kernels.fp8_gemm.weight_dequant): the same fp32 product and
+            # round-to-nearest cast as dequantize_blockwise, so the values are the same bits.
+            from kernels.fp8_gemm import weight_dequant
+
+            return weight_dequant(self.q, self.scale, self.block, dtype)
         w = dequantize_blockwise(self.q, self.scale, self.block, dtype)
         return w.transpose(-1, -2).contiguous().transpose(-1, -2) if self.input_major else w
 

@@ -42,6 +42,16 @@ def test_init_random_with_overrides_and_fp8_then_info(tmp_path, capsys):
     assert info["kv_bytes_per_token_bf16"] == model.new_cache(1, 1).bytes_per_token() // 2
 
 
+def test_init_random_fp8_block_is_written_and_loaded(tmp_path, capsys):
+    out = tmp_path / "ckpt"
+    assert _cli(["init-random", str(out), "--fp8", "--fp8-block", "8,16", "--shards", "1"]) == 0
+    assert json.loads((out / "config.json").read_text())["quantization_config"]["weight_block_size"] == [8, 16]
+    model = load_model(out, weight_format="fp8")
+    assert model.model.layers[0].self_attn.q_b_proj.block == (8, 16)
+    assert _cli(["init-random", str(tmp_path / "bad"), "--fp8", "--fp8-block", "8"]) == 2
+    assert "fp8_block=(8,): expected two positive ints" in capsys.readouterr().err
+
+
 def test_tiny_checkpoint_has_tokenizer_and_stop_ids(tiny_checkpoint):
     config = json.loads((tiny_checkpoint / "config.json").read_text())
     tokenizer = json.loads((tiny_checkpoint / "tokenizer.json").read_text())

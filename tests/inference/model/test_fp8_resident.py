@@ -143,6 +143,30 @@ def test_missing_or_misshaped_scales_are_refused_naming_the_tensor(fp8_checkpoin
         load_model(wrong, weight_format=weight_format)
 
 
+def test_a_checkpoint_without_fp8_weights_loads_plain_under_every_format(tiny_checkpoint):
+    ids = _ids(6)
+    with torch.no_grad():
+        ref = load_model(tiny_checkpoint)(ids)
+        for weight_format in ("fp8", "fp8_w8a8"):
+            model = load_model(tiny_checkpoint, weight_format=weight_format)
+            assert not any(isinstance(m, (Fp8Linear, Fp8RoutedExperts)) for m in model.modules())
+            assert torch.equal(model(ids), ref)
+
+
 def test_unknown_weight_format_is_refused(fp8_checkpoint):
     with pytest.raises(ValueError, match=r"weight_format='int4': expected one of \('dequant', 'fp8', 'fp8_w8a8'\)"):
         load_model(fp8_checkpoint, weight_format="int4")
+
+
+def test_rope_permutation_of_fp8_rows_must_stay_inside_a_scale_block():
+    from inference.layers.rope import deinterleave_rope_rows
+
+    lin = Fp8Linear(16, 48, (16, 16))
+    lin.weight.data = torch.randn(48, 16).to(torch.float8_e4m3fn)
+    lin.tag_weight()
+    before = lin.weight.detach().view(torch.uint8).clone()
+    deinterleave_rope_rows(lin.weight, 24, 16, 8)  # rows 16..23 and 40..47: inside 16-row blocks
+    perm = torch.tensor([0, 2, 4, 6, 1, 3, 5, 7])
+    assert torch.equal(lin.weight.view(torch.uint8)[16:24], before[16:24][perm])
+    with pytest.raises(ValueError, match=r"rope rows 12..19 of every 24-row group cross a 16-row FP8 scale block"):
+        deinterleave_rope_rows(lin.weight, 24, 12, 8)

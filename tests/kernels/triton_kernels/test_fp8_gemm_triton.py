@@ -17,6 +17,7 @@ GEMM_CASES = {
     "decode_row_partial_n": (1, 40, 64, (16, 16)),  # 40 rows: a partial last N block
     "prefill_multi_m_block": (70, 48, 96, (16, 32)),
     "block_n_wider_than_tile": (5, 36, 32, (32, 16)),
+    "kv_a_576_rows_128_blocks": (2, 576, 256, (128, 128)),  # GLM's kv_a: 4.5 row blocks
 }
 
 
