@@ -28,6 +28,8 @@ from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import Sequence, Status
 from inference.engine.speculative import CatchUp, MtpDrafter
 from inference.engine.think_tokens import think_token_ids
+from inference.grammar.runtime import GrammarError, LazyGrammarRuntime
+from inference.grammar.spec import GrammarSpec
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -74,6 +76,9 @@ class Engine:
         self.think_start_id = config.think_start_id if config.think_start_id is not None else start_id
         self.think_end_id = config.think_end_id if config.think_end_id is not None else end_id
         self.stops = StopChecker(frozenset(self.model_config.eos_token_id), self.max_sequence, detokenize)
+        # Built on the first constrained request: others never load the grammar library.
+        self.grammar = LazyGrammarRuntime(checkpoint_path, self.model_config.vocab_size,
+                                          list(self.model_config.eos_token_id))
 
         self._ids = itertools.count()
         self._lock = threading.Lock()  # guards the inbox and abort list
@@ -130,10 +135,24 @@ class Engine:
             raise EngineError("reasoning_effort", "the checkpoint has no <think>/</think> tokens; set "
                               "EngineConfig.think_start_id / think_end_id")
 
+    def compile_grammar(self, spec: GrammarSpec):
+        """Compile (and cache) a grammar now, e.g. on a front-end's worker thread before `submit`;
+        raises EngineError naming `params.grammar` when it cannot be compiled."""
+        try:
+            return self.grammar.get().compiler.compile(spec)
+        except GrammarError as exc:
+            raise EngineError("params.grammar", str(exc)) from None
+        except FileNotFoundError as exc:
+            raise EngineError("params.grammar", f"constrained decoding needs the checkpoint's tokenizer: {exc}") from None
+
     # ---- public API ----
     def submit(self, req: GenerateRequest) -> RequestHandle:
         self._validate(req)
         rid = req.request_id or f"req-{next(self._ids)}"
+        grammar_state = None
+        if req.params.grammar is not None:
+            self.compile_grammar(req.params.grammar)  # EngineError here, before anything is queued
+            grammar_state = self.grammar.get().new_state(req.params.grammar, rid)
         with self._lock:
             if rid in self._live or any(s.request_id == rid for s, _ in self._inbox):
                 raise EngineError("request_id", f"{rid!r} is already in flight")
@@ -141,6 +160,7 @@ class Engine:
                        stop_token_ids=frozenset(req.params.stop_token_ids))
         seq.reasoning = make_reasoning_state(req.reasoning_effort, self.config.reasoning_budgets,
                                              self.think_start_id, self.think_end_id, req.prompt_ids)
+        seq.grammar = grammar_state
         handle = RequestHandle(rid, self._drive)
         with self._lock:
             self._inbox.append((seq, handle))
@@ -259,8 +279,12 @@ class Engine:
                 return
             self.num_steps += 1
             want_hidden = self.drafter is not None
+            grammar = self.grammar.loaded
+            # Constrained rows' masks are filled on a worker thread while the forward runs.
+            first_masks = grammar.prefetch([it.seq.grammar if it.num_logits > 0 else None for it in batch.items]) \
+                if grammar is not None else None
             out = self.runner.run_target(batch.items, want_hidden)
-            outcomes = process_outputs(batch.items, out, self.stops)
+            outcomes = process_outputs(batch.items, out, self.stops, grammar, first_masks)
             catch_up = []
             for o in outcomes:
                 seq = o.item.seq
