@@ -110,13 +110,17 @@ class Engine:
         self.kv_cache.copy_pages(torch.tensor([src]), torch.tensor([dst]))
 
     # ---- validation ----
-    def _validate(self, req: GenerateRequest) -> None:
+    def _validate_prompt(self, prompt_ids: list[int]) -> None:
         vocab = self.model_config.vocab_size
-        if not req.prompt_ids:
+        if not prompt_ids:
             raise EngineError("prompt_ids", "empty prompt; expected at least one token id")
-        bad = next((t for t in req.prompt_ids if not 0 <= t < vocab), None)
+        bad = next((t for t in prompt_ids if not 0 <= t < vocab), None)
         if bad is not None:
             raise EngineError("prompt_ids", f"token id {bad} outside the vocabulary [0, {vocab})")
+
+    def _validate(self, req: GenerateRequest) -> None:
+        vocab = self.model_config.vocab_size
+        self._validate_prompt(req.prompt_ids)
         if req.params.max_tokens < 1:
             raise EngineError("params.max_tokens", f"{req.params.max_tokens}; expected >= 1")
         if len(req.prompt_ids) >= self.max_position:
@@ -144,6 +148,13 @@ class Engine:
             raise EngineError("params.grammar", str(exc)) from None
         except FileNotFoundError as exc:
             raise EngineError("params.grammar", f"constrained decoding needs the checkpoint's tokenizer: {exc}") from None
+
+    def prompt_logprobs(self, prompt_ids: list[int], top_n: int = 0):
+        """Each prompt token's logprob given the tokens before it (None for the first), with its
+        `top_n` alternatives; see prompt_scoring.py. Blocks until it has run between two steps."""
+        from inference.engine.prompt_scoring import score_prompt
+
+        return score_prompt(self, prompt_ids, top_n)
 
     # ---- public API ----
     def submit(self, req: GenerateRequest) -> RequestHandle:

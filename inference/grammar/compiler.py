@@ -91,7 +91,8 @@ def structural_tag(spec: GrammarSpec):
                                         reasoning="enabled" if spec.reasoning else "disabled",
                                         parallel_tool_calls=spec.parallel_tool_calls)
     schema = json_safe_schema(spec.json_schema) if spec.kind == "json_schema" else {"type": "object"}
-    body = JSONSchemaFormat(json_schema=schema)
+    # GLM control markers never belong in JSON text (they would also read as markup).
+    body = JSONSchemaFormat(json_schema=schema, excludes=_REASONING_EXCLUDES)
     if not spec.reasoning:
         return StructuralTag(format=body)
     thinking = TagFormat(begin="", content=AnyTextFormat(excludes=_REASONING_EXCLUDES), end=THINK_END)
