@@ -24,6 +24,12 @@ _REASONING_EXCLUDES = ["<think>", "</think>", "<tool_call>", "</tool_call>", "<a
                        "<arg_value>", "</arg_value>"]
 
 
+# At most this many whitespace characters in a row between JSON / GLM argument tokens (never
+# inside string values): real output needs one or two (a newline and an indent), and without a
+# cap a weak or confused model can spend its whole budget on whitespace.
+MAX_WHITESPACE = 2
+
+
 class GrammarError(ValueError):
     """A spec that cannot be compiled (e.g. an invalid JSON schema); the message says why."""
 
@@ -66,7 +72,13 @@ class GrammarCompiler:
                 return self._cache[key]
         start = time.perf_counter()
         try:
-            compiled = self._compiler.compile_structural_tag(structural_tag(spec))
+            try:
+                compiled = self._compiler.compile_structural_tag(structural_tag(spec))
+            except Exception:
+                if spec.kind != "tool_call":
+                    raise
+                # A vocabulary without the GLM marker tokens: match the markers as text instead.
+                compiled = self._compiler.compile_structural_tag(structural_tag(spec, token_markers=False))
         except Exception as exc:  # xgrammar raises RuntimeError/ValueError subclasses for bad schemas
             raise GrammarError(_describe(spec, exc)) from None
         with self._lock:
@@ -77,8 +89,9 @@ class GrammarCompiler:
         return compiled
 
 
-def structural_tag(spec: GrammarSpec):
-    """The xgrammar StructuralTag for a spec."""
+def structural_tag(spec: GrammarSpec, token_markers: bool = True):
+    """The xgrammar StructuralTag for a spec. `token_markers`: GLM's `<tool_call>`, `<arg_key>`...
+    must be their special tokens (what the model was trained on), not spelled out in text."""
     from xgrammar import StructuralTag, get_model_structural_tag
     from xgrammar.structural_tag import AnyTextFormat, JSONSchemaFormat, SequenceFormat, TagFormat
 
@@ -89,10 +102,11 @@ def structural_tag(spec: GrammarSpec):
             "type": "function", "function": {"name": spec.tool_choice}}
         return get_model_structural_tag("glm_4_7", tools=tools, tool_choice=choice,
                                         reasoning="enabled" if spec.reasoning else "disabled",
-                                        parallel_tool_calls=spec.parallel_tool_calls)
+                                        parallel_tool_calls=spec.parallel_tool_calls, max_whitespace_cnt=MAX_WHITESPACE,
+                                        token_markers=token_markers)
     schema = json_safe_schema(spec.json_schema) if spec.kind == "json_schema" else {"type": "object"}
     # GLM control markers never belong in JSON text (they would also read as markup).
-    body = JSONSchemaFormat(json_schema=schema, excludes=_REASONING_EXCLUDES)
+    body = JSONSchemaFormat(json_schema=schema, excludes=_REASONING_EXCLUDES, max_whitespace_cnt=MAX_WHITESPACE)
     if not spec.reasoning:
         return StructuralTag(format=body)
     thinking = TagFormat(begin="", content=AnyTextFormat(excludes=_REASONING_EXCLUDES), end=THINK_END)

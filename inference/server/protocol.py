@@ -76,9 +76,10 @@ def _nulls_mean_default(cls, data: Any) -> Any:
 
 
 class SamplingFields(BaseModel):
-    """Fields shared by /v1/chat/completions and /v1/completions."""
+    """Fields shared by /v1/chat/completions and /v1/completions. Strict types: "yes" is not a
+    bool and "10" not an int (OpenAI refuses them too)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     _nulls = model_validator(mode="before")(classmethod(_nulls_mean_default))
 
@@ -121,6 +122,13 @@ class SamplingFields(BaseModel):
                 raise ValueError(f"logit_bias: key {key!r} is not a token id")
             if not -100.0 <= bias <= 100.0:
                 raise ValueError(f"logit_bias: bias {bias} for token {key} is outside [-100, 100]")
+        return v
+
+    @field_validator("logprobs")
+    @classmethod
+    def _logprobs_count(cls, v):
+        if isinstance(v, int) and not isinstance(v, bool) and not 0 <= v <= 20:
+            raise ValueError(f"logprobs: {v} alternatives; expected 0..20")
         return v
 
     @field_validator("stop")
