@@ -162,8 +162,10 @@ class Engine:
         rid = req.request_id or f"req-{next(self._ids)}"
         grammar_state = None
         if req.params.grammar is not None:
-            self.compile_grammar(req.params.grammar)  # EngineError here, before anything is queued
-            grammar_state = self.grammar.get().new_state(req.params.grammar, rid)
+            from inference.grammar.matcher import GrammarState
+
+            # EngineError here, before anything is queued; a compiled grammar comes from the cache.
+            grammar_state = GrammarState(self.compile_grammar(req.params.grammar), rid)
         with self._lock:
             if rid in self._live or any(s.request_id == rid for s, _ in self._inbox):
                 raise EngineError("request_id", f"{rid!r} is already in flight")
@@ -291,9 +293,11 @@ class Engine:
             self.num_steps += 1
             want_hidden = self.drafter is not None
             grammar = self.grammar.loaded
-            # Constrained rows' masks are filled on a worker thread while the forward runs.
+            # On CUDA the forward only queues kernels, so constrained rows' masks are filled on a
+            # worker thread meanwhile (xgrammar releases the GIL). On CPU the forward itself keeps
+            # the cores busy and a thread hand-off costs more than the fill: masks are filled inline.
             first_masks = grammar.prefetch([it.seq.grammar if it.num_logits > 0 else None for it in batch.items]) \
-                if grammar is not None else None
+                if grammar is not None and self.kv_cache.device.type == "cuda" else None
             out = self.runner.run_target(batch.items, want_hidden)
             outcomes = process_outputs(batch.items, out, self.stops, grammar, first_masks)
             catch_up = []

@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 
 from inference.grammar.compiler import GrammarCompiler, GrammarError
-from inference.grammar.matcher import GrammarState, MaskFiller, MaskPrefetch
+from inference.grammar.matcher import MaskFiller, MaskPrefetch
 from inference.grammar.spec import GrammarSpec
 
 
@@ -29,9 +29,6 @@ class GrammarRuntime:
         stops = sorted(set(tok.stop_token_ids) | {i for i in eos_ids if i < vocab_size})
         table = tok.token_bytes or [tok.decode([i]).encode("utf-8") for i in range(tok.vocab_size)]
         return cls(GrammarCompiler(table, vocab_size, stops))
-
-    def new_state(self, spec: GrammarSpec, request_id: str) -> GrammarState:
-        return GrammarState(self.compiler.compile(spec), request_id)
 
     def prefetch(self, states: list[Optional[GrammarState]]) -> Optional[Future]:
         return self.prefetcher.start(states)

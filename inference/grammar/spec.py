@@ -18,6 +18,7 @@ the reasoning is free text up to `</think>` and the constraint applies after it.
 from __future__ import annotations
 
 import json
+from functools import cached_property
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -54,6 +55,10 @@ class GrammarSpec(BaseModel):
                 raise ValueError(f"tool_choice: expected 'required' or one of {names}, got {self.tool_choice!r}")
         return self
 
-    def cache_key(self) -> str:
-        """A stable text key: equal specs compile once."""
+    @cached_property
+    def _key(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True)
+
+    def cache_key(self) -> str:
+        """A stable text key: equal specs compile once (computed once per spec object)."""
+        return self._key
