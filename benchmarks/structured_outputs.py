@@ -2,9 +2,12 @@
 """Structured outputs: what constrained decoding costs per token, and what compiling a grammar costs.
 
 Printed as JSON lines:
-- `decode`: per generated token, unconstrained vs constrained (a nested JSON schema, and GLM tool
+- `decode`: CPU milliseconds per generated token (this process, all its threads; one torch
+  thread), unconstrained vs constrained (a nested JSON schema, and GLM tool
   calls forced over 20 tools), at batch 1 and 16 in the same engine and run, and their ratio;
-  `constrained_frac` is the share of tokens sampled while the grammar was still open.
+  `constrained_frac` is the share of tokens sampled while the grammar was still open, and
+  `mask_fill_ms_per_step` the time of one batched mask fill (the part a GPU run overlaps with
+  the forward pass).
 - `compile`: the 20-tool `tool_choice: "required"` grammar on a fresh compiler, and again cached.
 - `mask` (with --libraries): xgrammar vs llguidance, microseconds to fill one token mask while
   following real JSON documents token by token, on the tests' vocabulary and on a ~150K-token
@@ -44,9 +47,9 @@ def tool_spec(n: int) -> GrammarSpec:
 def time_decode(engine: Engine, prompt: list[int], batch: int, new_tokens: int, grammar) -> tuple[float, list]:
     reqs = [GenerateRequest(prompt_ids=prompt, params=SamplingParams(seed=i, max_tokens=new_tokens, ignore_eos=True,
                                                                      grammar=grammar)) for i in range(batch)]
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: other work on a shared machine does not count
     results = engine.generate(reqs)
-    return time.perf_counter() - start, results
+    return time.process_time() - start, results
 
 
 def constrained_fraction(compiler: GrammarCompiler, spec: GrammarSpec, results) -> float:
@@ -74,22 +77,28 @@ def bench_decode(a, path: Path) -> None:
     time_decode(engine, prompt, 2, 3, None)  # warm-up: lazy imports, first allocations
     time_decode(engine, prompt, 2, 3, specs["json_schema"])
     one_token = {b: min(time_decode(engine, prompt, b, 1, None)[0] for _ in range(a.reps)) for b in a.batches}
-    compiler = engine.grammar.get().compiler
+    runtime = engine.grammar.get()
+    compiler, filler = runtime.compiler, runtime.filler
     for b in a.batches:
         best: dict[str, float] = {}
         fracs: dict[str, float] = {}
+        fill_ms: dict[str, float] = {}
         for _ in range(a.reps):  # interleaved, each keeps its best (interference only adds time)
             for name, spec in [("unconstrained", None), *specs.items()]:
+                before = (filler.fills, filler.seconds)
                 seconds, results = time_decode(engine, prompt, b, a.new_tokens, spec)
                 best[name] = min(best.get(name, float("inf")), seconds)
                 if spec is not None:
                     fracs[name] = constrained_fraction(compiler, spec, results)
+                    steps = filler.fills - before[0]
+                    fill_ms[name] = round((filler.seconds - before[1]) / max(1, steps) * 1e3, 3)
         tokens = b * (a.new_tokens - 1)  # decode tokens: the first comes from the prefill, timed apart
         per_token = {k: (v - one_token[b]) / tokens * 1e3 for k, v in best.items()}
         line = {"section": "decode", "batch": b, "new_tokens": a.new_tokens,
                 "ms_per_token": {k: round(v, 3) for k, v in per_token.items()},
                 "ratio_vs_unconstrained": {k: round(per_token[k] / per_token["unconstrained"], 3) for k in specs},
-                "constrained_frac": {k: round(v, 3) for k, v in fracs.items()}}
+                "constrained_frac": {k: round(v, 3) for k, v in fracs.items()},
+                "mask_fill_ms_per_step": fill_ms}
         print(json.dumps(line), flush=True)
 
 

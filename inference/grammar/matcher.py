@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Optional
 
@@ -52,6 +53,7 @@ class MaskFiller:
         self.vocab_size = vocab_size
         self.words = (vocab_size + 31) // 32
         self._batch = xgr.BatchGrammarMatcher(max(1, min(max_threads, os.cpu_count() or 1)))
+        self.fills, self.rows_filled, self.seconds = 0, 0, 0.0  # totals, for stats and benchmarks
 
     def fill(self, states: list[Optional[GrammarState]]) -> Optional[torch.Tensor]:
         """[len(states), words] int32 bitmask; rows of None / inactive states allow everything.
@@ -59,8 +61,11 @@ class MaskFiller:
         rows = [i for i, s in enumerate(states) if s is not None and s.active]
         if not rows:
             return None
+        start = time.perf_counter()
         mask = torch.full((len(states), self.words), -1, dtype=torch.int32)
         self._batch.batch_fill_next_token_bitmask([states[i].matcher for i in rows], mask, indices=rows)
+        self.fills, self.rows_filled = self.fills + 1, self.rows_filled + len(rows)
+        self.seconds += time.perf_counter() - start
         return mask
 
 

@@ -76,7 +76,7 @@ def create_app(state: ServerState) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request,
                                x_session_id: Optional[str] = Header(default=None)):
-        _check_model(state, body)
+        _check_request(state, body)
         session_id = body.session_id or x_session_id
         if body.n > 1 and session_id:
             raise APIError(400, f"n: {body.n} choices cannot extend one session's conversation; use n=1 with "
@@ -107,7 +107,7 @@ def create_app(state: ServerState) -> FastAPI:
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request,
                           x_session_id: Optional[str] = Header(default=None)):
-        _check_model(state, body)
+        _check_request(state, body)
         if isinstance(body.prompt, str) or isinstance(body.prompt[0], str):
             text = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
             prompt_ids = state.tokenizer.encode(text)
@@ -147,7 +147,8 @@ def create_app(state: ServerState) -> FastAPI:
     return app
 
 
-def _check_model(state: ServerState, body: SamplingFields) -> None:
+def _check_request(state: ServerState, body: SamplingFields) -> None:
+    """Fields set to what this server cannot honour, then the model name."""
     model = body.model
     for param, why in body.refusals():
         raise APIError(400, why, param=param, code="unsupported_value")
