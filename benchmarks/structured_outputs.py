@@ -83,8 +83,9 @@ def bench_decode(a, path: Path) -> None:
         best: dict[str, float] = {}
         fracs: dict[str, float] = {}
         fill_ms: dict[str, float] = {}
-        for _ in range(a.reps):  # interleaved, each keeps its best (interference only adds time)
-            for name, spec in [("unconstrained", None), *specs.items()]:
+        runs = [("unconstrained", None), *specs.items()]
+        for rep in range(a.reps):  # interleaved, order rotated, each keeps its best (interference only adds time)
+            for name, spec in runs[rep % len(runs):] + runs[:rep % len(runs)]:
                 before = (filler.fills, filler.seconds)
                 seconds, results = time_decode(engine, prompt, b, a.new_tokens, spec)
                 best[name] = min(best.get(name, float("inf")), seconds)

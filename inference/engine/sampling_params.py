@@ -14,7 +14,7 @@ class SamplingParams(BaseModel):
 
     temperature 0 means greedy. top_k 0 and top_p 1 and min_p 0 disable those filters.
     `logprobs=n` returns the chosen token's logprob plus the n most likely alternatives (of the
-    model's distribution, before penalties and bias).
+    model's distribution, before penalties, bias and grammar masks).
     The checkpoint's end-of-sequence ids stop generation too unless `ignore_eos` is set.
 
     Penalties act on the logits before any filter, greedy included (OpenAI / vLLM semantics):
