@@ -162,10 +162,8 @@ class Engine:
         rid = req.request_id or f"req-{next(self._ids)}"
         grammar_state = None
         if req.params.grammar is not None:
-            from inference.grammar.matcher import GrammarState
-
             # EngineError here, before anything is queued; a compiled grammar comes from the cache.
-            grammar_state = GrammarState(self.compile_grammar(req.params.grammar), rid)
+            grammar_state = self.grammar.get().new_state(self.compile_grammar(req.params.grammar), rid)
         with self._lock:
             if rid in self._live or any(s.request_id == rid for s, _ in self._inbox):
                 raise EngineError("request_id", f"{rid!r} is already in flight")

@@ -16,6 +16,8 @@ from typing import Optional
 
 import torch
 
+from inference.grammar.utf8_guard import Utf8Guard
+
 log = logging.getLogger("horizon.grammar")
 
 
@@ -23,12 +25,14 @@ class GrammarState:
     """The matcher of one sequence. A token the grammar rejects (only possible when something
     overrides the mask, e.g. a forced token) drops the constraint and is logged."""
 
-    def __init__(self, compiled, request_id: str = ""):
+    def __init__(self, compiled, request_id: str = "", guard: Optional[Utf8Guard] = None):
         import xgrammar as xgr
 
         self.matcher = xgr.GrammarMatcher(compiled)
         self.request_id = request_id
         self.failed = False
+        self.guard = guard  # keeps the output valid UTF-8 (utf8_guard.py)
+        self.utf8: tuple = ()  # the unfinished character at the end of the output (the guard's state)
 
     @property
     def active(self) -> bool:
@@ -38,6 +42,8 @@ class GrammarState:
     def accept(self, token_id: int) -> None:
         if not self.active:
             return
+        if self.guard is not None:
+            self.utf8 = self.guard.next_state(self.utf8, token_id)
         if not self.matcher.accept_token(token_id):
             self.failed = True
             log.warning("request %s: token %d is outside its grammar; the constraint is dropped",
@@ -64,6 +70,10 @@ class MaskFiller:
         start = time.perf_counter()
         mask = torch.full((len(states), self.words), -1, dtype=torch.int32)
         self._batch.batch_fill_next_token_bitmask([states[i].matcher for i in rows], mask, indices=rows)
+        for i in rows:
+            guard = states[i].guard
+            if guard is not None:
+                mask[i] &= guard.mask(states[i].utf8)
         self.fills, self.rows_filled = self.fills + 1, self.rows_filled + len(rows)
         self.seconds += time.perf_counter() - start
         return mask

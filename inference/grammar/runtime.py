@@ -11,13 +11,15 @@ from typing import Optional
 import torch
 
 from inference.grammar.compiler import GrammarCompiler, GrammarError
-from inference.grammar.matcher import MaskFiller, MaskPrefetch
+from inference.grammar.matcher import GrammarState, MaskFiller, MaskPrefetch
+from inference.grammar.utf8_guard import Utf8Guard
 from inference.grammar.spec import GrammarSpec
 
 
 class GrammarRuntime:
-    def __init__(self, compiler: GrammarCompiler, max_threads: int = 4):
+    def __init__(self, compiler: GrammarCompiler, token_bytes: list[bytes], max_threads: int = 4):
         self.compiler = compiler
+        self.utf8 = Utf8Guard(token_bytes, compiler.vocab_size)
         self.filler = MaskFiller(compiler.vocab_size, max_threads)
         self.prefetcher = MaskPrefetch(self.filler)
 
@@ -28,7 +30,10 @@ class GrammarRuntime:
         tok = Tokenizer.from_pretrained(path)  # FileNotFoundError when the checkpoint ships none
         stops = sorted(set(tok.stop_token_ids) | {i for i in eos_ids if i < vocab_size})
         table = tok.token_bytes or [tok.decode([i]).encode("utf-8") for i in range(tok.vocab_size)]
-        return cls(GrammarCompiler(table, vocab_size, stops))
+        return cls(GrammarCompiler(table, vocab_size, stops), table)
+
+    def new_state(self, compiled, request_id: str) -> GrammarState:
+        return GrammarState(compiled, request_id, self.utf8)
 
     def prefetch(self, states: list[Optional[GrammarState]]) -> Optional[Future]:
         return self.prefetcher.start(states)

@@ -155,3 +155,38 @@ def test_mtp_speculation_keeps_the_output_in_the_grammar(checkpoint, tok):
     parsed = parse_completion(tok.decode(out.token_ids), [ToolSpec(name="wait")], start_in_reasoning=False)
     assert out.finish_reason == "stop" and [c.name for c in parsed.tool_calls] == ["wait"]
     assert 1 <= int(parsed.tool_calls[0].arguments["s"]) <= 9
+
+
+def test_utf8_states_follow_the_standard():
+    from inference.grammar.utf8_guard import advance
+
+    assert advance((), "aé€😀".encode()) == ()
+    assert advance((), b"\xe2\x82") == (0x80, 0xBF, 1)
+    for bad in (b"\xe0\x95\x85", b"\xed\xa1\xbf", b"\xc0\x80", b"\x85", b"\xf4\x90\x80\x80", b"\xf5"):
+        assert advance((), bad) is None, bad
+
+
+def test_constrained_strings_stay_valid_utf8_under_noise(tok):
+    """xgrammar alone lets overlong and surrogate sequences into strings; the guard keeps them out."""
+    from inference.grammar.matcher import apply_mask
+    from inference.grammar.runtime import GrammarRuntime
+    from inference.grammar.utf8_guard import Utf8Guard
+
+    schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 8}}, "required": ["a"]}
+    compiler = GrammarCompiler.for_tokenizer(tok)
+    runtime = GrammarRuntime(compiler, tok.token_bytes)
+    assert isinstance(runtime.utf8, Utf8Guard)
+    compiled = compiler.compile(GrammarSpec(kind="json_schema", json_schema=schema))
+    gen = torch.Generator().manual_seed(0)
+    # Favour high bytes, where the invalid sequences live.
+    high = torch.tensor([any(b >= 0x80 for b in t) for t in tok.token_bytes], dtype=torch.float32)
+    for i in range(200):
+        state, out = runtime.new_state(compiled, f"r{i}"), []
+        while state.active and len(out) < 100:
+            logits = torch.randn(1, tok.vocab_size, generator=gen)
+            logits[0, : len(high)] += 3 * high
+            apply_mask(logits, runtime.fill([state]))
+            out.append(int(logits.argmax()))
+            state.accept(out[-1])
+        raw = b"".join(tok.token_bytes[t] for t in out if t not in tok.stop_token_ids)
+        jsonschema.validate(json.loads(raw.decode("utf-8")), schema)  # strict decode: no U+FFFD
