@@ -22,8 +22,8 @@ from inference.chat.parser import FormatError, StreamingParser
 from inference.server.choices import ChoiceEnd, merge_responses, merge_streams
 from inference.server.constraints import compile_spec, response_format_spec
 from inference.server.engine_bridge import submit
-from inference.server.legacy_logprobs import LegacyLogprobs, merge_blocks
 from inference.server.errors import APIError, install_error_handlers
+from inference.server.legacy_logprobs import LegacyLogprobs, merge_blocks
 from inference.server.output_text import OutputText
 from inference.server.prompting import PreparedChat, ServerDefaults, prepare_chat, sampling_params
 from inference.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
@@ -84,7 +84,7 @@ def create_app(state: ServerState) -> FastAPI:
         with state.admit():
             prepared = prepare_chat(body, state.tokenizer, state.defaults, state.sessions, session_id)
             grammar = prepared.grammar
-            await compile_spec(state.engine, grammar, "tools" if grammar and grammar.kind == "tool_call" else "response_format")
+            await compile_spec(state.engine, grammar)
             gens = [_engine_request(state, body, prepared.prompt_ids, session_id, prepared.engine_effort,
                                     logprobs=(body.top_logprobs or 0) if body.logprobs else None, choice=i,
                                     grammar=grammar)
@@ -120,7 +120,7 @@ def create_app(state: ServerState) -> FastAPI:
         with state.admit():
             want_logprobs = isinstance(body.logprobs, int) and not isinstance(body.logprobs, bool)
             grammar = response_format_spec(body)
-            await compile_spec(state.engine, grammar, "response_format")
+            await compile_spec(state.engine, grammar)
             gens = [_engine_request(state, body, prompt_ids, session_id, None,
                                     logprobs=body.logprobs if want_logprobs else None, choice=i, grammar=grammar)
                     for i in range(body.n)]
@@ -197,8 +197,9 @@ async def _chat_events(state: ServerState, body: ChatCompletionRequest, prepared
     """Yields SSE strings when streaming, else one final response dict. A choice of an n > 1
     request (not standalone) ends its stream with a ChoiceEnd instead of the usage chunk and [DONE]."""
     forced = prepared.grammar is not None and prepared.grammar.kind == "tool_call"
-    parser = StreamingParser(prepared.tools if prepared.parse_tools else None, start_in_reasoning=prepared.start_in_reasoning,
-                             tool_calls=prepared.parse_tools, strip_values=forced)
+    parser = StreamingParser(prepared.tools if prepared.parse_tools else None,
+                             start_in_reasoning=prepared.start_in_reasoning, tool_calls=prepared.parse_tools,
+                             strip_values=forced)
     text = OutputText(state.tokenizer, gen.params.stop)
     events: list = []
     pending_lps: list[dict] = []  # logprobs of tokens whose text no chunk has carried yet

@@ -61,11 +61,12 @@ def chat_spec(body: ChatCompletionRequest, tools: list[ToolSpec], reasoning: boo
     return fmt
 
 
-async def compile_spec(engine, spec: Optional[GrammarSpec], param: str) -> None:
+async def compile_spec(engine, spec: Optional[GrammarSpec]) -> None:
     """Compile on a worker thread (so the event loop never waits on the grammar compiler); a spec
-    that cannot be compiled is a 400 naming `param`."""
+    that cannot be compiled is a 400 naming `tools` or `response_format`."""
     if spec is None:
         return
+    param = "tools" if spec.kind == "tool_call" else "response_format"
     from inference.engine.request import EngineError
 
     try:

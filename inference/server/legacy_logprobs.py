@@ -33,4 +33,5 @@ class LegacyLogprobs:
 def merge_blocks(blocks: list[dict[str, Any]]) -> Optional[dict[str, Any]]:
     if not blocks:
         return None
-    return {key: [v for b in blocks for v in b[key]] for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+    keys = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+    return {key: [v for b in blocks for v in b[key]] for key in keys}
