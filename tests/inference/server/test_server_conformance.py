@@ -46,13 +46,15 @@ def test_the_sdks_own_assistant_message_goes_back_in(client, stream):
         assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
 
 
-def test_the_servers_own_raw_reply_with_format_errors_goes_back_in(live_server):
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_servers_own_raw_reply_with_format_errors_goes_back_in(live_server, stream):
     first = _post(live_server, "/chat/completions", {"model": MODEL, "messages": USER, "max_tokens": 30, "seed": 3})
     message = first.json()["choices"][0]["message"]
     message["format_errors"] = message.get("format_errors") or ["text after a tool call"]
-    second = _post(live_server, "/chat/completions", {"model": MODEL, "max_tokens": 4,
+    second = _post(live_server, "/chat/completions", {"model": MODEL, "max_tokens": 4, "stream": stream,
                                                       "messages": USER + [message, {"role": "user", "content": "again"}]})
     assert second.status_code == 200, second.text
+    assert ("data: [DONE]" in second.text) == stream
 
 
 def test_unknown_keys_in_a_message_are_ignored(live_server):
@@ -61,14 +63,18 @@ def test_unknown_keys_in_a_message_are_ignored(live_server):
 
 
 @pytest.mark.parametrize("path, extra", [("/chat/completions", {"messages": USER}), ("/completions", {"prompt": "x"})])
-def test_explicit_nulls_mean_the_default(live_server, path, extra):
-    body = {"model": MODEL, "max_tokens": 3, "n": None, "stream": None, "temperature": None, "stop": None,
-            "seed": None, "logprobs": None, "stream_options": None, **extra}
+@pytest.mark.parametrize("stream", [None, True])
+def test_explicit_nulls_mean_the_default(live_server, path, extra, stream):
+    body = {"model": MODEL, "max_tokens": 3, "n": None, "stream": stream, "temperature": None, "stop": None,
+            "seed": None, "logprobs": None, "stream_options": None, "top_logprobs": None, **extra}
     if path == "/completions":
         body["echo"] = None
     resp = _post(live_server, path, body)
     assert resp.status_code == 200, resp.text
-    assert len(resp.json()["choices"]) == 1
+    if stream:
+        assert resp.text.rstrip().endswith("data: [DONE]")
+    else:
+        assert len(resp.json()["choices"]) == 1
 
 
 def test_an_explicit_null_is_not_reported_as_missing(live_server):
