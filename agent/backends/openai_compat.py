@@ -3,7 +3,9 @@
 Works with `horizon serve`, vLLM, SGLang and hosted GLM APIs. The API key is read from the
 environment variable named by `openai.api_key_env` (no key: no Authorization header, which is
 what local servers expect). Connection failures, 429 and 5xx are retried with exponential backoff
-as long as nothing has been streamed yet. Reasoning arrives as `reasoning_content` (or `reasoning`).
+as long as nothing has been streamed yet. Reasoning arrives as `reasoning_content` or as
+`reasoning` (current vLLM and SGLang), and past reasoning goes back under both names, so servers
+that read either one keep the history the model wrote.
 """
 
 from __future__ import annotations
@@ -142,7 +144,7 @@ class OpenAIBackend:
         cfg = self.config
         body: dict[str, Any] = {
             "model": self.model_name(),
-            "messages": [m.to_openai() for m in messages],
+            "messages": [_wire_message(m) for m in messages],
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -217,3 +219,10 @@ class OpenAIBackend:
 
 class _Retryable(Exception):
     pass
+
+
+def _wire_message(message: Message) -> dict[str, Any]:
+    out = message.to_openai()
+    if "reasoning_content" in out:
+        out["reasoning"] = out["reasoning_content"]
+    return out

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from inference.chat.wire_messages import normalize_message
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 
@@ -86,9 +88,12 @@ class ToolSpec(BaseModel):
 
 
 class Message(BaseModel):
-    """One chat message in the OpenAI shape, plus GLM's `reasoning_content`."""
+    """One chat message in the OpenAI shape, plus GLM's `reasoning_content`. Wire dicts go through
+    wire_messages.normalize_message: unknown keys dropped, `reasoning` and `developer` mapped."""
 
     model_config = ConfigDict(extra="forbid")
+
+    _wire = model_validator(mode="before")(classmethod(lambda cls, data: normalize_message(data)))
 
     role: Role
     content: str | None = None

@@ -45,8 +45,9 @@ ParseEvent = Union[ReasoningDelta, ContentDelta, ToolCallEvent, FormatError]
 
 class StreamingParser:
     def __init__(self, tools: Iterable[ToolSpec] | None = None, start_in_reasoning: bool = True,
-                 tool_calls: bool = True):
+                 tool_calls: bool = True, strip_values: bool = False):
         self.tools = None if tools is None else {t.name: t for t in tools}
+        self.strip_values = strip_values  # see parse_tool_call (constrained tool calls)
         # tool_calls=False (tool_choice "none"): tool-call markup is left in the content as text.
         self._content_tags = (CALL_OPEN, *STOP_TOKENS) if tool_calls else STOP_TOKENS
         self._state = "reasoning" if start_in_reasoning else "content"
@@ -140,7 +141,7 @@ class StreamingParser:
     def _emit_call(self, events, body: str, closed: bool) -> None:
         raw = CALL_OPEN + body + (CALL_CLOSE if closed else "")
         try:
-            events.append(ToolCallEvent(parse_tool_call(body, self.tools)))
+            events.append(ToolCallEvent(parse_tool_call(body, self.tools, self.strip_values)))
         except ToolCallFormatError as exc:
             message = str(exc) if closed else f"unclosed <tool_call> (no </tool_call>): {exc}"
             events.append(FormatError(message, raw))

@@ -26,8 +26,10 @@ def new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:24]
 
 
-def parse_tool_call(body: str, tools: dict[str, ToolSpec] | None) -> ToolCall:
-    """Parse the text between <tool_call> and </tool_call>; raises ToolCallFormatError."""
+def parse_tool_call(body: str, tools: dict[str, ToolSpec] | None, strip_values: bool = False) -> ToolCall:
+    """Parse the text between <tool_call> and </tool_call>; raises ToolCallFormatError.
+    `strip_values`: whitespace around a value is not part of it, which is how the tool-call
+    grammar of constrained decoding (xgrammar's `glm_xml` style) reads it."""
     first_key = body.find("<arg_key>")
     if first_key >= 0:
         name = body[:first_key].strip()
@@ -41,7 +43,7 @@ def parse_tool_call(body: str, tools: dict[str, ToolSpec] | None) -> ToolCall:
             )
         raw_args: dict[str, Any] = {}
         for key, value in pairs:
-            raw_args[key.strip()] = value
+            raw_args[key.strip()] = value.strip() if strip_values else value
         spec = _check_name(name, tools)
         return ToolCall(id=new_call_id(), name=name, arguments=_convert(name, spec, raw_args))
     match = _JSON_FORM.fullmatch(body)

@@ -28,6 +28,8 @@ from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import Sequence, Status
 from inference.engine.speculative import CatchUp, MtpDrafter
 from inference.engine.think_tokens import think_token_ids
+from inference.grammar.runtime import GrammarError, LazyGrammarRuntime
+from inference.grammar.spec import GrammarSpec
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -98,6 +100,9 @@ class Engine:
         self.think_start_id = config.think_start_id if config.think_start_id is not None else start_id
         self.think_end_id = config.think_end_id if config.think_end_id is not None else end_id
         self.stops = StopChecker(frozenset(self.model_config.eos_token_id), self.max_sequence, detokenize)
+        # Built on the first constrained request: others never load the grammar library.
+        self.grammar = LazyGrammarRuntime(checkpoint_path, self.model_config.vocab_size,
+                                          list(self.model_config.eos_token_id))
 
         self._ids = itertools.count()
         self._lock = threading.Lock()  # guards the inbox and abort list
@@ -145,13 +150,17 @@ class Engine:
         self.runner.copy_pages([src], [dst])
 
     # ---- validation ----
-    def _validate(self, req: GenerateRequest) -> None:
+    def _validate_prompt(self, prompt_ids: list[int]) -> None:
         vocab = self.model_config.vocab_size
-        if not req.prompt_ids:
+        if not prompt_ids:
             raise EngineError("prompt_ids", "empty prompt; expected at least one token id")
-        bad = next((t for t in req.prompt_ids if not 0 <= t < vocab), None)
+        bad = next((t for t in prompt_ids if not 0 <= t < vocab), None)
         if bad is not None:
             raise EngineError("prompt_ids", f"token id {bad} outside the vocabulary [0, {vocab})")
+
+    def _validate(self, req: GenerateRequest) -> None:
+        vocab = self.model_config.vocab_size
+        self._validate_prompt(req.prompt_ids)
         if req.params.max_tokens < 1:
             raise EngineError("params.max_tokens", f"{req.params.max_tokens}; expected >= 1")
         if len(req.prompt_ids) >= self.max_position:
@@ -171,12 +180,33 @@ class Engine:
             raise EngineError("reasoning_effort", "the checkpoint has no <think>/</think> tokens; set "
                               "EngineConfig.think_start_id / think_end_id")
 
+    def compile_grammar(self, spec: GrammarSpec):
+        """Compile (and cache) a grammar now, e.g. on a front-end's worker thread before `submit`;
+        raises EngineError naming `params.grammar` when it cannot be compiled."""
+        try:
+            return self.grammar.get().compiler.compile(spec)
+        except GrammarError as exc:
+            raise EngineError("params.grammar", str(exc)) from None
+        except FileNotFoundError as exc:
+            raise EngineError("params.grammar", f"constrained decoding needs the checkpoint's tokenizer: {exc}") from None
+
+    def prompt_logprobs(self, prompt_ids: list[int], top_n: int = 0):
+        """Each prompt token's logprob given the tokens before it (None for the first), with its
+        `top_n` alternatives; see prompt_scoring.py. Blocks until it has run between two steps."""
+        from inference.engine.prompt_scoring import score_prompt
+
+        return score_prompt(self, prompt_ids, top_n)
+
     # ---- public API ----
     def submit(self, req: GenerateRequest) -> RequestHandle:
         if self.fatal is not None:
             raise EngineError("engine", f"the engine has stopped: {self.fatal}")
         self._validate(req)
         rid = req.request_id or f"req-{next(self._ids)}"
+        grammar_state = None
+        if req.params.grammar is not None:
+            # EngineError here, before anything is queued; a compiled grammar comes from the cache.
+            grammar_state = self.grammar.get().new_state(self.compile_grammar(req.params.grammar), rid)
         with self._lock:
             if rid in self._live or any(s.request_id == rid for s, _ in self._inbox):
                 raise EngineError("request_id", f"{rid!r} is already in flight")
@@ -185,6 +215,7 @@ class Engine:
         seq.reasoning = make_reasoning_state(req.reasoning_effort, self.config.reasoning_budgets,
                                              self.think_start_id, self.think_end_id, req.prompt_ids,
                                              budget=req.reasoning_budget)
+        seq.grammar = grammar_state
         handle = RequestHandle(rid, self._drive)
         with self._lock:
             self._inbox.append((seq, handle))
@@ -315,8 +346,14 @@ class Engine:
                 return
             self.num_steps += 1
             want_hidden = self.drafter is not None
+            grammar = self.grammar.loaded
+            # On CUDA the forward only queues kernels, so constrained rows' masks are filled on a
+            # worker thread meanwhile (xgrammar releases the GIL). On CPU the forward itself keeps
+            # the cores busy and a thread hand-off costs more than the fill: masks are filled inline.
+            first_masks = grammar.prefetch([it.seq.grammar if it.num_logits > 0 else None for it in batch.items]) \
+                if grammar is not None and self.kv_cache.device.type == "cuda" else None
             out = self.runner.run_target(batch.items, want_hidden)
-            outcomes = process_outputs(batch.items, out, self.stops)
+            outcomes = process_outputs(batch.items, out, self.stops, grammar, first_masks)
             catch_up = []
             for o in outcomes:
                 seq = o.item.seq

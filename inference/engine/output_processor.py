@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -54,13 +55,24 @@ class StopChecker:
         return None
 
 
-def process_outputs(items: list[ScheduledItem], out: TargetOutput, stops: StopChecker) -> list[ItemOutcome]:
+def process_outputs(items: list[ScheduledItem], out: TargetOutput, stops: StopChecker,
+                    grammar=None, first_masks: Optional[Future] = None) -> list[ItemOutcome]:
     """Sample position by position (batched over items) so drafts are verified in order, with
-    every reasoning-budget and stop decision seeing the tokens accepted before it."""
+    every reasoning-budget, grammar and stop decision seeing the tokens accepted before it.
+
+    `grammar` (a GrammarRuntime, None when no request ever had one) fills the masks of the
+    constrained rows; `first_masks` holds position 0's masks, one row per item, filled while the
+    forward ran (engine.step); later positions (draft verification) are filled here."""
     outcomes = [ItemOutcome(it, i) for i, it in enumerate(items)]
     live = [o for o in outcomes if o.item.num_logits > 0]
     j = 0
     while live:
+        mask = None
+        if j == 0 and first_masks is not None:
+            full = first_masks.result()
+            mask = full[[o.index for o in live]] if full is not None else None
+        elif grammar is not None:
+            mask = grammar.fill([o.item.seq.grammar for o in live])
         rows = []
         for o in live:
             seq, rs = o.item.seq, o.item.seq.reasoning
@@ -70,7 +82,7 @@ def process_outputs(items: list[ScheduledItem], out: TargetOutput, stops: StopCh
                                   tokens=seq.tokens if seq.params.penalized else None,
                                   prompt_len=seq.prompt_len))
         idx = [out.logit_rows[o.index] + j for o in live]
-        tokens, logprobs = sample(out.logits[idx], rows)
+        tokens, logprobs = sample(out.logits[idx], rows, mask)
         still = []
         for o, tok, lp in zip(live, tokens, logprobs):
             seq = o.item.seq
@@ -78,6 +90,8 @@ def process_outputs(items: list[ScheduledItem], out: TargetOutput, stops: StopCh
             o.new_tokens.append(tok)
             if seq.reasoning is not None:
                 seq.reasoning.advance(tok)
+            if seq.grammar is not None:
+                seq.grammar.accept(tok)
             if lp is not None:
                 o.logprobs.append(lp)
             matched = j < o.item.num_drafts and tok == o.item.token_ids[j + 1]

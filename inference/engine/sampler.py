@@ -34,14 +34,21 @@ def _seeded_noise(seed: int, index: int, vocab: int) -> torch.Tensor:
     return torch.empty(vocab).exponential_(generator=gen)
 
 
-def sample(logits: torch.Tensor, rows: list[SampleRow]) -> tuple[list[int], list[Optional[TokenLogprob]]]:
-    """logits [M, V] (any dtype, any device) -> one token per row, plus logprobs where asked."""
+def sample(logits: torch.Tensor, rows: list[SampleRow],
+           grammar_mask: Optional[torch.Tensor] = None) -> tuple[list[int], list[Optional[TokenLogprob]]]:
+    """logits [M, V] (any dtype, any device) -> one token per row, plus logprobs where asked.
+    `grammar_mask` [M, ceil(V/32)] int32 (inference/grammar/matcher.py): bit-packed allowed tokens
+    per row, applied to every row in one kernel call; None when no row is constrained."""
     logits = logits.float()
     m, vocab = logits.shape
     masked = logits.clone()
     adjust = [i for i, r in enumerate(rows) if r.params.penalized or r.params.logit_bias]
     if adjust:
         masked[adjust] = _penalized(masked[adjust], [rows[i] for i in adjust])
+    if grammar_mask is not None:
+        from inference.grammar.matcher import apply_mask
+
+        apply_mask(masked, grammar_mask)
     for i, row in enumerate(rows):
         if row.banned is not None:
             masked[i, row.banned] = float("-inf")

@@ -6,13 +6,15 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from inference.grammar.spec import GrammarSpec
+
 
 class SamplingParams(BaseModel):
     """How to pick the next token and when to stop.
 
     temperature 0 means greedy. top_k 0 and top_p 1 and min_p 0 disable those filters.
     `logprobs=n` returns the chosen token's logprob plus the n most likely alternatives (of the
-    model's distribution, before penalties and bias).
+    model's distribution, before penalties, bias and grammar masks).
     The checkpoint's end-of-sequence ids stop generation too unless `ignore_eos` is set.
 
     Penalties act on the logits before any filter, greedy included (OpenAI / vLLM semantics):
@@ -20,6 +22,8 @@ class SamplingParams(BaseModel):
     subtracts `frequency_penalty` per occurrence in the output, and `repetition_penalty` (CTRL,
     1 = off) divides positive / multiplies negative logits of every token seen in prompt or output.
     `logit_bias` adds a fixed value per token id (-100 bans it in practice, +100 forces it).
+    `grammar` constrains every output token to a grammar (JSON, a JSON schema, GLM tool calls;
+    inference/grammar/spec.py); its mask applies after penalties and bias, before the filters.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -40,6 +44,7 @@ class SamplingParams(BaseModel):
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
     logit_bias: dict[int, float] = Field(default_factory=dict)
+    grammar: Optional[GrammarSpec] = None
 
     @field_validator("logit_bias")
     @classmethod

@@ -52,6 +52,7 @@ class Sequence:
         self.spec_accepted = 0
         self.logprobs: Optional[list[TokenLogprob]] = [] if params.logprobs is not None else None
         self.reasoning: Any = None  # ReasoningState when an effort is set
+        self.grammar: Any = None  # GrammarState when params.grammar is set
         self.mtp_hidden: Any = None  # target hidden state feeding the next MTP draft
         self.on_tokens: Any = None  # callback(seq, new_token_ids) installed by the engine
 

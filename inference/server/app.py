@@ -22,13 +22,15 @@ from inference.chat.parser import FormatError, StreamingParser
 from inference.server.anthropic.route import anthropic_router
 from inference.server.responses.route import responses_router
 from inference.server.choices import ChoiceEnd, merge_responses, merge_streams
+from inference.server.constraints import compile_spec, response_format_spec
 from inference.server.engine_bridge import submit
 from inference.server.errors import APIError, install_error_handlers
+from inference.server.legacy_logprobs import LegacyLogprobs, merge_blocks
 from inference.server.output_text import OutputText
 from inference.server.prompting import PreparedChat, ServerDefaults, prepare_chat, sampling_params
 from inference.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 from inference.server.replies import (
-    SSE_DONE, ChatReply, completion_logprobs, new_id, sse, token_logprobs, usage_body,
+    SSE_DONE, ChatReply, new_id, sse, token_logprobs, usage_body,
 )
 from inference.server.sessions import SessionStore
 
@@ -78,15 +80,18 @@ def create_app(state: ServerState) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request,
                                x_session_id: Optional[str] = Header(default=None)):
-        _check_model(state, body.model)
+        _check_request(state, body)
         session_id = body.session_id or x_session_id
         if body.n > 1 and session_id:
             raise APIError(400, f"n: {body.n} choices cannot extend one session's conversation; use n=1 with "
                            "session_id", param="n")
         with state.admit():
             prepared = prepare_chat(body, state.tokenizer, state.defaults, state.sessions, session_id)
+            grammar = prepared.grammar
+            await compile_spec(state.engine, grammar)
             gens = [_engine_request(state, body, prepared.prompt_ids, session_id, prepared.engine_effort,
-                                    logprobs=(body.top_logprobs or 0) if body.logprobs else None, choice=i)
+                                    logprobs=(body.top_logprobs or 0) if body.logprobs else None, choice=i,
+                                    grammar=grammar)
                     for i in range(body.n)]
             reply_id, created = new_id("chatcmpl"), int(time.time())
             streams = [_chat_events(state, body, prepared, gen, _submit(state, gen), session_id, body.stream,
@@ -106,7 +111,7 @@ def create_app(state: ServerState) -> FastAPI:
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request,
                           x_session_id: Optional[str] = Header(default=None)):
-        _check_model(state, body.model)
+        _check_request(state, body)
         if isinstance(body.prompt, str) or isinstance(body.prompt[0], str):
             text = body.prompt if isinstance(body.prompt, str) else body.prompt[0]
             prompt_ids = state.tokenizer.encode(text)
@@ -118,11 +123,17 @@ def create_app(state: ServerState) -> FastAPI:
             raise APIError(400, f"n: {body.n} choices cannot share one session; use n=1 with session_id", param="n")
         with state.admit():
             want_logprobs = isinstance(body.logprobs, int) and not isinstance(body.logprobs, bool)
+            grammar = response_format_spec(body)
+            await compile_spec(state.engine, grammar)
             gens = [_engine_request(state, body, prompt_ids, session_id, None,
-                                    logprobs=body.logprobs if want_logprobs else None, choice=i) for i in range(body.n)]
+                                    logprobs=body.logprobs if want_logprobs else None, choice=i, grammar=grammar)
+                    for i in range(body.n)]
             echoed = "" if not body.echo else text if text is not None else state.tokenizer.decode(prompt_ids)
+            # echo + logprobs: the prompt's own tokens are scored too (the first has no logprob).
+            prompt_scores = (prompt_ids, await _prompt_logprobs(state, prompt_ids, body.logprobs)) \
+                if body.echo and want_logprobs else None
             cid, created = new_id("cmpl"), int(time.time())
-            streams = [_completion_events(state, body, gen, _submit(state, gen), body.stream, echoed,
+            streams = [_completion_events(state, body, gen, _submit(state, gen), body.stream, echoed, prompt_scores,
                                           index=i, cid=cid, created=created, standalone=body.n == 1)
                        for i, gen in enumerate(gens)]
             if body.n == 1:
@@ -140,7 +151,11 @@ def create_app(state: ServerState) -> FastAPI:
     return app
 
 
-def _check_model(state: ServerState, model: str) -> None:
+def _check_request(state: ServerState, body: SamplingFields) -> None:
+    """Fields set to what this server cannot honour, then the model name."""
+    model = body.model
+    for param, why in body.refusals():
+        raise APIError(400, why, param=param, code="unsupported_value")
     if model != state.model_name:
         raise APIError(404, f"model: {model!r} does not exist; this server serves {state.model_name!r}",
                        param="model", code="model_not_found")
@@ -150,12 +165,21 @@ def _wants_usage(body: SamplingFields) -> bool:
     return bool(body.stream_options and body.stream_options.include_usage)
 
 
+async def _prompt_logprobs(state: ServerState, prompt_ids: list[int], top_n: int) -> list:
+    from inference.engine.request import EngineError
+
+    try:
+        return await asyncio.to_thread(state.engine.prompt_logprobs, prompt_ids, top_n)
+    except EngineError as exc:
+        raise APIError(400, str(exc), param="prompt", code="invalid_value") from None
+
+
 def _engine_request(state: ServerState, body: SamplingFields, prompt_ids: list[int], session_id, effort, logprobs,
-                    choice: int = 0):
+                    choice: int = 0, grammar=None):
     from inference.engine.request import GenerateRequest
 
     params = sampling_params(body, len(prompt_ids), state.max_context, state.tokenizer.stop_token_ids,
-                             state.defaults, logprobs)
+                             state.defaults, logprobs, grammar)
     if choice and params.seed is not None:  # choice i of a seeded n > 1 request: reproducible, yet distinct
         params = params.model_copy(update={"seed": params.seed + choice})
     return GenerateRequest(prompt_ids=prompt_ids, params=params, session_id=session_id,
@@ -176,10 +200,13 @@ async def _chat_events(state: ServerState, body: ChatCompletionRequest, prepared
                        reply: ChatReply, standalone: bool = True) -> AsyncIterator:
     """Yields SSE strings when streaming, else one final response dict. A choice of an n > 1
     request (not standalone) ends its stream with a ChoiceEnd instead of the usage chunk and [DONE]."""
+    forced = prepared.grammar is not None and prepared.grammar.kind == "tool_call"
     parser = StreamingParser(prepared.tools if prepared.parse_tools else None,
-                             start_in_reasoning=prepared.start_in_reasoning, tool_calls=prepared.parse_tools)
+                             start_in_reasoning=prepared.start_in_reasoning, tool_calls=prepared.parse_tools,
+                             strip_values=forced)
     text = OutputText(state.tokenizer, gen.params.stop)
-    events = parser.feed(prepared.prefill)
+    events: list = []
+    pending_lps: list[dict] = []  # logprobs of tokens whose text no chunk has carried yet
     all_ids: list[int] = []
     if streaming:
         yield reply.chunk({"role": "assistant", "content": ""})
@@ -195,11 +222,14 @@ async def _chat_events(state: ServerState, body: ChatCompletionRequest, prepared
                 if reason == "length":  # finish_reason already says the reasoning was cut off
                     events = [e for e in events if not (isinstance(e, FormatError) and e.message.startswith("unclosed <think>"))]
             if delta.logprobs:
-                reply.logprobs += token_logprobs(state.tokenizer, delta.logprobs)
+                lps = token_logprobs(state.tokenizer, delta.logprobs)
+                reply.logprobs += lps
+                pending_lps += lps
             for ev in events:
                 out = reply.add(ev)
                 if streaming and out is not None:
-                    yield reply.chunk(out)
+                    yield reply.chunk(out, logprobs=pending_lps)
+                    pending_lps = []
             events = []
     if prepared.conversation is not None and reason is not None:
         prepared.conversation.add_generated(all_ids, reply.message())
@@ -207,7 +237,7 @@ async def _chat_events(state: ServerState, body: ChatCompletionRequest, prepared
     if not streaming:
         yield reply.response(reason, usage)
         return
-    yield reply.chunk({}, reason=_chat_finish(reason, reply), final=True)
+    yield reply.chunk({}, reason=_chat_finish(reason, reply), final=True, logprobs=pending_lps)
     if not standalone:
         yield ChoiceEnd(usage)
         return
@@ -223,14 +253,17 @@ def _chat_finish(reason: Optional[str], reply: ChatReply) -> str:
 
 
 async def _completion_events(state: ServerState, body: CompletionRequest, gen, deltas: AsyncIterator,
-                             streaming: bool, echoed: str = "", *, index: int = 0, cid: str = "", created: int = 0,
-                             standalone: bool = True) -> AsyncIterator:
-    """`echoed` (the prompt, for echo=true) leads the text, in the first chunk when streaming. A
-    choice of an n > 1 request (not standalone) ends with a ChoiceEnd instead of usage and [DONE]."""
+                             streaming: bool, echoed: str = "", prompt_scores=None, *, index: int = 0, cid: str = "",
+                             created: int = 0, standalone: bool = True) -> AsyncIterator:
+    """`echoed` (the prompt, for echo=true) leads the text, in the first chunk when streaming, and
+    `prompt_scores` (prompt ids, their logprobs) its logprobs. A choice of an n > 1 request (not
+    standalone) ends with a ChoiceEnd instead of usage and [DONE]."""
     cid, created = cid or new_id("cmpl"), created or int(time.time())
     text = OutputText(state.tokenizer, gen.params.stop)
     pieces: list[str] = [echoed] if echoed else []
-    logprobs: list = []
+    legacy = LegacyLogprobs(state.tokenizer)
+    blocks = [legacy.block(*prompt_scores)] if prompt_scores else []
+    sent = 0  # blocks already streamed
     reason, usage = None, None
 
     def body_of(piece: str, finish: Optional[str], lps: Optional[dict] = None) -> dict:
@@ -247,9 +280,11 @@ async def _completion_events(state: ServerState, body: CompletionRequest, gen, d
             pieces.append(piece)
             if echoed and streaming:
                 piece, echoed = echoed + piece, ""
-            logprobs += delta.logprobs or []
+            if delta.logprobs:
+                blocks.append(legacy.block(delta.token_ids, delta.logprobs))
             if streaming and (piece or final):
-                lps = completion_logprobs(state.tokenizer, delta.logprobs) if delta.logprobs else None
+                lps = merge_blocks(blocks[sent:])
+                sent = len(blocks)
                 yield sse(body_of(piece, "length" if reason == "length" else ("stop" if final else None), lps))
     if streaming:
         if not standalone:
@@ -259,7 +294,7 @@ async def _completion_events(state: ServerState, body: CompletionRequest, gen, d
             yield sse({**body_of("", None), "choices": [], "usage": usage_body(usage)})
         yield SSE_DONE
         return
-    lps = completion_logprobs(state.tokenizer, logprobs) if logprobs else None
+    lps = merge_blocks(blocks)
     out = body_of("".join(pieces), "length" if reason == "length" else "stop", lps)
     out["usage"] = usage_body(usage) if usage is not None else None
     yield out

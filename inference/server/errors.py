@@ -45,9 +45,13 @@ def install_error_handlers(app: FastAPI) -> None:
         if first.get("type") == "json_invalid":
             return APIError(400, f"malformed JSON body: {first.get('ctx', {}).get('error', 'cannot parse')}",
                             code="invalid_json").response()
+        unknown = [_field_path(tuple(e.get("loc", ()))) for e in errors if e.get("type") == "extra_forbidden"]
+        if unknown:
+            return APIError(400, f"unknown field(s) {', '.join(unknown)}: not part of this API (check the "
+                            "spelling)", param=unknown[0], code="unknown_field").response()
         param = _field_path(tuple(first.get("loc", ())))
-        value = first.get("input")
-        shown = json.dumps(value, default=str)[:120] if value is not None else "missing"
+        # A missing field's "input" is its parent object; an explicit null is shown as null.
+        shown = "missing" if first.get("type") == "missing" else json.dumps(first.get("input"), default=str)[:120]
         message = f"{param}: {first.get('msg', 'invalid value')} (got {shown})"
         if len(errors) > 1:
             message += f"; and {len(errors) - 1} more problem(s)"

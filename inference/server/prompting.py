@@ -9,8 +9,10 @@ from inference.chat.conversation import Conversation
 from inference.chat.messages import ToolSpec
 from inference.chat.template import ChatTemplate
 from inference.chat.variants import normalize_reasoning_effort
+from inference.grammar.spec import GrammarSpec
+from inference.server.constraints import chat_spec
 from inference.server.errors import APIError
-from inference.server.protocol import ChatCompletionRequest, NamedToolChoice, SamplingFields
+from inference.server.protocol import ChatCompletionRequest, SamplingFields
 from inference.server.sessions import SessionStore
 
 # API effort words -> the engine's thinking-budget levels.
@@ -25,7 +27,7 @@ class PreparedChat:
     tools: list[ToolSpec]
     parse_tools: bool  # False for tool_choice="none": tool-call markup stays text
     start_in_reasoning: bool
-    prefill: str = ""  # reply text already written into the prompt (a forced tool call)
+    grammar: Optional[GrammarSpec] = None  # forced tool calls, response_format
     engine_effort: Optional[str] = None
     conversation: Optional[Conversation] = None  # session state to record the reply into
     fingerprint: tuple = field(default_factory=tuple)
@@ -53,16 +55,8 @@ def prepare_chat(req: ChatCompletionRequest, tokenizer, defaults: ServerDefaults
         reasoning_effort=effort,
     )
     tools = req.tool_specs()
-    forced = _forced_tool(req, tools)
+    grammar = chat_spec(req, tools, template.generation_starts_in_reasoning)
     engine_effort = ENGINE_EFFORT[word.strip().lower()] if word else None
-    if forced is not None:
-        # Force a call by writing the start of it into the prompt (thinking off for this turn).
-        style = template.style
-        prefill = "<tool_call>" + forced
-        text = (template.render(req.messages, tools, add_generation_prompt=False) + "<|assistant|>"
-                + (style.thinking_off_prompt or style.empty_think) + prefill)
-        return PreparedChat(tokenizer.encode(text), template, tools, True, False, prefill, engine_effort)
-
     fingerprint = (repr(template), tuple(t.model_dump_json() for t in tools))
     # A template that drops past reasoning asks for a re-render; only otherwise extend the ids.
     keep_ids = session_id is not None and not template.drops_history_reasoning
@@ -70,28 +64,15 @@ def prepare_chat(req: ChatCompletionRequest, tokenizer, defaults: ServerDefaults
     if conv is None:
         conv = Conversation(tokenizer, template, tools, req.messages)
     return PreparedChat(
-        conv.prompt_ids(), template, tools, req.tool_choice != "none", template.generation_starts_in_reasoning,
-        engine_effort=engine_effort, conversation=conv if keep_ids else None, fingerprint=fingerprint,
+        # A JSON reply (response_format) is content only: markup inside its strings stays text.
+        conv.prompt_ids(), template, tools, req.tool_choice != "none" and not (grammar and grammar.kind != "tool_call"),
+        template.generation_starts_in_reasoning,
+        grammar=grammar, engine_effort=engine_effort, conversation=conv if keep_ids else None, fingerprint=fingerprint,
     )
 
 
-def _forced_tool(req: ChatCompletionRequest, tools: list[ToolSpec]) -> Optional[str]:
-    """'' for tool_choice="required", the name for a named choice, None otherwise."""
-    choice = req.tool_choice
-    if choice not in ("required",) and not isinstance(choice, NamedToolChoice):
-        return None
-    if not tools:
-        raise APIError(400, f"tool_choice: {choice!r} needs a non-empty tools list", param="tool_choice")
-    if choice == "required":
-        return ""
-    if choice.function.name not in {t.name for t in tools}:
-        raise APIError(400, f"tool_choice: function {choice.function.name!r} is not in tools "
-                       f"{sorted(t.name for t in tools)}", param="tool_choice.function.name")
-    return choice.function.name
-
-
 def sampling_params(req: SamplingFields, prompt_len: int, max_context: int, stop_ids: list[int],
-                    defaults: ServerDefaults, logprobs: Optional[int]):
+                    defaults: ServerDefaults, logprobs: Optional[int], grammar: Optional[GrammarSpec] = None):
     from inference.engine.sampling_params import SamplingParams
 
     room = max_context - prompt_len
@@ -118,4 +99,5 @@ def sampling_params(req: SamplingFields, prompt_len: int, max_context: int, stop
         frequency_penalty=req.frequency_penalty or 0.0,
         repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
         logit_bias={int(k): b for k, b in (req.logit_bias or {}).items()},
+        grammar=grammar,
     )

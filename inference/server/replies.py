@@ -52,7 +52,8 @@ class ChatReply:
         """Record one event; return the `delta` it streams as (None: nothing to send)."""
         if isinstance(event, ReasoningDelta):
             self.reasoning += event.text
-            return {"reasoning_content": event.text}
+            # vLLM's current name and the older one that GLM's API and many clients still read.
+            return {"reasoning": event.text, "reasoning_content": event.text}
         if isinstance(event, ContentDelta):
             self.content += event.text
             return {"content": event.text}
@@ -73,7 +74,7 @@ class ChatReply:
 
     def message_body(self) -> dict[str, Any]:
         body: dict[str, Any] = {"role": "assistant", "content": self.content,
-                                "reasoning_content": self.reasoning or None}
+                                "reasoning": self.reasoning or None, "reasoning_content": self.reasoning or None}
         if self.tool_calls:
             body["tool_calls"] = [c.to_openai() for c in self.tool_calls]
         if self.format_errors:
@@ -87,9 +88,12 @@ class ChatReply:
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
                 "choices": [choice], "usage": usage_body(usage)}
 
-    def chunk(self, delta: dict[str, Any], reason: Optional[str] = None, usage=None, final: bool = False) -> str:
+    def chunk(self, delta: dict[str, Any], reason: Optional[str] = None, usage=None, final: bool = False,
+              logprobs: Optional[list[dict]] = None) -> str:
+        """One chunk; `logprobs`: the entries of the tokens this chunk's text came from."""
         choices = [] if usage is not None and not delta and not final else [
-            {"index": self.index, "delta": delta, "finish_reason": reason, "logprobs": None}]
+            {"index": self.index, "delta": delta, "finish_reason": reason,
+             "logprobs": {"content": logprobs} if logprobs else None}]
         body: dict[str, Any] = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
                                 "model": self.model, "choices": choices}
         if usage is not None:
@@ -117,19 +121,6 @@ def token_logprobs(tokenizer, logprobs) -> list[dict[str, Any]]:
 
     return [{**entry(lp.token_id, lp.logprob), "top_logprobs": [entry(t, p) for t, p in lp.top]}
             for lp in logprobs or []]
-
-
-def completion_logprobs(tokenizer, logprobs, start_offset: int = 0) -> dict[str, Any]:
-    """Legacy completions format: parallel lists of tokens, logprobs, top alternatives, offsets."""
-    tokens, offsets, offset = [], [], start_offset
-    for lp in logprobs:
-        text = tokenizer.decode([lp.token_id])
-        tokens.append(text)
-        offsets.append(offset)
-        offset += len(text)
-    return {"tokens": tokens, "token_logprobs": [lp.logprob for lp in logprobs],
-            "top_logprobs": [{tokenizer.decode([t]): p for t, p in lp.top} for lp in logprobs],
-            "text_offset": offsets}
 
 
 def sse(body: dict[str, Any]) -> str:

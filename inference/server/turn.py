@@ -85,13 +85,15 @@ def start_turn(state, chat: ChatCompletionRequest, session_id: Optional[str], se
                                 state.sessions if sessions is None else sessions, session_id)
     if not thinking and prepared.start_in_reasoning:
         reasoning_budget = 0
+    # Forced tool calls (Anthropic tool_choice any/tool, Responses tool_choice required/named) and JSON
+    # formats arrive as the chat request's tool_choice / response_format: prepare_chat turns them into
+    # the grammar (inference/grammar) that makes the reply parse, for both APIs at once. A prefilled
+    # reply continues text the grammar has not seen, so it goes unconstrained.
+    grammar = None if prefill else prepared.grammar
     params = sampling_params(chat, len(prepared.prompt_ids), state.max_context, state.tokenizer.stop_token_ids,
-                             state.defaults, None)
+                             state.defaults, None, grammar)
     if one_tool_call and prepared.parse_tools and prepared.tools:
         params = params.model_copy(update={"stop": [*params.stop, CALL_CLOSE]})
-    # Forced tool calls (Anthropic tool_choice any/tool, Responses tool_choice required/named) arrive
-    # here as chat tool_choice, prefilled by prepare_chat. The grammar constraint that guarantees the
-    # call parses against its schema plugs in at this point, on `params`, for both APIs at once.
     gen = GenerateRequest(prompt_ids=prepared.prompt_ids, params=params, session_id=session_id,
                           reasoning_effort=prepared.engine_effort, reasoning_budget=reasoning_budget,
                           request_id=f"http-{uuid.uuid4().hex[:16]}")

@@ -131,3 +131,19 @@ def tokenizer(tmp_path_factory):
     out = tmp_path_factory.mktemp("server-tokenizer")
     write_tokenizer_files(out)
     return Tokenizer.from_pretrained(out)
+
+
+@pytest.fixture(scope="session")
+def random_server(tmp_path_factory):
+    """A live server over a plain random-weight tiny checkpoint (no scripted reply): whatever it
+    samples is noise, which is what constrained decoding must still shape."""
+    from inference.engine.engine_config import EngineConfig
+    from inference.random_checkpoint import write_random_checkpoint
+    from inference.server.runner import BackgroundServer, build_state
+
+    ckpt = write_random_checkpoint(tmp_path_factory.mktemp("ckpt-random"), preset="tiny", seed=1)
+    config = EngineConfig(dtype="float32", kv_budget_tokens=262144, page_size=16, max_running=128,
+                          reasoning_budgets={"low": 16})
+    state = build_state(ckpt, config, served_model_name="glm-random")
+    with BackgroundServer(state) as server:
+        yield server

@@ -38,7 +38,7 @@ BAD_REQUESTS = [
     ({"model": "glm-tiny", "messages": USER, "max_tokens": 10_000}, 400, "context"),
     ({"model": "glm-tiny", "messages": [{"role": "user", "content": "word " * 5000}]}, 400, "context"),
     ({"model": "gpt-4o", "messages": USER}, 404, "does not exist"),
-    ({"model": "glm-tiny", "messages": USER, "response_format": {"type": "json_object"}}, 400, "constrained decoding"),
+    ({"model": "glm-tiny", "messages": USER, "response_format": {"type": "xml"}}, 400, "response_format.type"),
     ({"model": "glm-tiny", "messages": USER, "presence_penalty": 3}, 400, "presence_penalty"),
     ({"model": "glm-tiny", "messages": USER, "logit_bias": {"abc": 1}}, 400, "logit_bias"),
     ({"model": "glm-tiny", "messages": USER, "logit_bias": {"5": 250}}, 400, "logit_bias"),
