@@ -28,6 +28,7 @@ class PreparedChat:
     parse_tools: bool  # False for tool_choice="none": tool-call markup stays text
     start_in_reasoning: bool
     grammar: Optional[GrammarSpec] = None  # forced tool calls, response_format
+    prefill: str = ""  # reply text already written into the prompt (an Anthropic assistant prefill)
     engine_effort: Optional[str] = None
     conversation: Optional[Conversation] = None  # session state to record the reply into
     fingerprint: tuple = field(default_factory=tuple)
