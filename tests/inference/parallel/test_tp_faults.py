@@ -68,6 +68,31 @@ def test_killed_follower_fails_the_request_and_the_server_exits(tp_checkpoint):
             proc.wait()
 
 
+def test_sigterm_stops_every_rank(tp_checkpoint):
+    """SIGTERM to `horizon serve --tp 2` (what Ctrl-C's KeyboardInterrupt also leads to): the server
+    shuts down, sends its follower Stop, and both processes are gone."""
+    port = _port()
+    cmd = [sys.executable, "-m", "agent.cli.main", "serve", "--model", str(tp_checkpoint), "--port", str(port),
+           "--dtype", "float32", "--kv-budget-tokens", "1024", "--tp", "2", "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = [proc.stdout.readline() for _ in range(3)]
+        assert any("on http://" in line for line in lines), lines
+        (follower,) = _children(proc.pid)[-1:]
+        body = {"model": tp_checkpoint.name, "prompt": "hi", "max_tokens": 4, "temperature": 0}
+        assert httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=60).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{follower}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not Path(f"/proc/{follower}").exists() or "Z" in Path(f"/proc/{follower}/stat").read_text().split()[2]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_hung_follower_fails_the_step_after_the_timeout(tp_checkpoint):
     """SIGSTOP: the follower is alive but never answers; the step fails at the collective timeout."""
     import pytest
