@@ -28,7 +28,7 @@ import functools
 import torch
 
 from kernels.backend import TritonKernel, cdiv, dot_precision, next_pow2, resolve_backend, tl
-from kernels.fp8_cache import E4M3, SCALE_BLOCK, check_indexer_pages, dequantize_indexer_keys, num_scale_blocks
+from kernels.fp8_cache import E4M3, check_indexer_pages, dequantize_indexer_keys, num_scale_blocks
 from kernels.indexer_topk import IndexerTopk, indexer_topk
 from kernels.validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_tensor
 
