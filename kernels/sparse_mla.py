@@ -97,8 +97,14 @@ def _sparse_mla_kernel(
         lat_mask = valid[:, None] & r_ok[None, :]
         lat = tl.load(lat_ptr + slots[:, None] * lat_stride + offs_r[None, :], mask=lat_mask, other=0.0)
         if FP8:  # e4m3 x its 128-value block's fp32 scale, rounded to q's dtype (as dequantize_blocks)
-            s_ptrs = scale_ptr + slots[:, None] * scale_stride + scale_off + offs_r[None, :] // 128
-            lat = (lat.to(tl.float32) * tl.load(s_ptrs, mask=lat_mask, other=0.0)).to(q_ptr.dtype.element_ty)
+            # One scale per (row, block), broadcast over the block: a [BLOCK_K, BLOCK_R] scale tile
+            # would cost as many registers as the latent itself.
+            GROUP: tl.constexpr = 128 if BLOCK_R >= 128 else BLOCK_R
+            offs_g = tl.arange(0, BLOCK_R // GROUP)
+            s_ptrs = scale_ptr + slots[:, None] * scale_stride + scale_off + offs_g[None, :]
+            scales = tl.load(s_ptrs, mask=valid[:, None] & (offs_g[None, :] * GROUP < RANK), other=0.0)
+            lat = tl.reshape(lat.to(tl.float32), [BLOCK_K, BLOCK_R // GROUP, GROUP]) * scales[:, :, None]
+            lat = tl.reshape(lat, [BLOCK_K, BLOCK_R]).to(q_ptr.dtype.element_ty)
         pe_ptrs = pe_ptr + slots[:, None] * pe_stride + pe_off + offs_p[None, :]
         pe = tl.load(pe_ptrs, mask=valid[:, None] & p_ok[None, :], other=0.0)
         if UPCAST:
@@ -133,11 +139,13 @@ def sparse_mla_meta(
 
     At GLM-5 widths (512 + 64) the fp32 accumulator is BLOCK_H x 512: with 8 warps, BLOCK_H=16 and
     BLOCK_K=32 compile for sm_90 to 128 registers and no spills (4 warps spill at 255). More heads
-    per program (32) halve how often each selected row is gathered. Untuned: no GPU yet.
+    per program (32) halve how often each selected row is gathered. FP8 rows keep 16 heads: their
+    in-register dequantization spills at 32 (255 registers), and compiles to 218 without spills at 16.
+    Untuned: no GPU yet.
     """
     return dict(
         RANK=kv_lora_rank, ROPE=rope_dim, FP8=fp8,
-        BLOCK_H=16 if num_heads <= 16 else 32, BLOCK_K=block_k,
+        BLOCK_H=16 if num_heads <= 16 or fp8 else 32, BLOCK_K=block_k,
         BLOCK_R=max(16, next_pow2(kv_lora_rank)), BLOCK_P=max(16, next_pow2(rope_dim)),
         DOT_PRECISION=dot_precision(dtype), num_warps=8, num_stages=2,
     )  # fmt: skip
