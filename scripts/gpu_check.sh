@@ -47,7 +47,7 @@ else
   stage fp8_gemm 90 "$PY" benchmarks/fp8_gemm.py --quick --json "$RESULTS/fp8_gemm.json"
   stage fused_moe_fp8 45 "$PY" benchmarks/fused_moe_fp8.py --quick --json "$RESULTS/fused_moe_fp8.json"
   stage glm53_forward 120 "$PY" benchmarks/glm53_forward.py --json "$RESULTS/glm53_forward.json"
-  stage gpu_decode 100 "$PY" benchmarks/gpu_decode.py --json "$RESULTS/gpu_decode.json"
+  stage gpu_decode 120 "$PY" benchmarks/gpu_decode.py --json "$RESULTS/gpu_decode.json"
 fi
 
 "$PY" benchmarks/gpu_check_summary.py "$RESULTS" "${STAGES[@]}"
