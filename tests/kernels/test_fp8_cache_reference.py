@@ -68,3 +68,45 @@ def test_bad_layouts_are_named():
     with pytest.raises(ValueError, match="latent_rows"):
         sparse_mla_fp8_attention(torch.randn(2, 4, 144), torch.zeros(8, 99, dtype=torch.uint8),
                                  torch.zeros(2, 3).int(), 0.1, 128)  # fmt: skip
+
+
+def test_kernel_path_reads_an_fp8_cache_without_dequantized_copies(monkeypatch):
+    """inference/layers/kernel_path.py hands the FP8 bytes to the kernels: neither row store's
+    gather (the old dequantize-into-a-buffer route) runs, and the selection and attention equal
+    that route's."""
+    from inference.config import ModelConfig
+    from inference.forward_batch import AttentionMetadata, ForwardBatch
+    from inference.kv_cache import PagedKVCache
+    from inference.kv_formats import DenseRows
+    from inference.layers import kernel_path
+    from inference.random_checkpoint import PRESETS
+
+    gen = torch.Generator().manual_seed(3)
+    cfg = ModelConfig.from_dict({**PRESETS["tiny"], "model_type": "glm_moe_dsa",
+                                 "rope_parameters": {"rope_theta": 1e6, "rope_type": "default"}})  # fmt: skip
+    cache = PagedKVCache(cfg, 16, 4, torch.float32, "cpu", kv_cache_dtype="fp8")
+    batch = ForwardBatch.build([[1] * 3, [1]], [27, 12], [[9, 2, 14, 0, 5, 11, 3, 8], [1, 12, 7, 4]], "all", "cpu")
+    meta = AttentionMetadata.from_batch(batch, 4)
+    slots = torch.cat([meta.key_slots[0, :30], meta.key_slots[1, :13]])
+    latent, keys = cache.latent_rows(0), cache.indexer_rows(0)
+    latent.write(slots, torch.randn(slots.numel(), cfg.latent_dim, generator=gen))
+    keys.write(slots, torch.randn(slots.numel(), cfg.index_head_dim, generator=gen))
+    every = torch.arange(64)
+    dense_latent, dense_keys = DenseRows(latent.gather(every)), DenseRows(keys.gather(every))
+    n = meta.positions.numel()
+    q = keys.prepare_query(torch.randn(n, cfg.index_n_heads, cfg.index_head_dim, generator=gen))
+    w = torch.randn(n, cfg.index_n_heads, generator=gen)
+    q_lat = torch.randn(n, cfg.num_attention_heads, cfg.latent_dim, generator=gen)
+    scale = cfg.index_head_dim**-0.5
+    want = kernel_path.indexer_slots(q, w, dense_keys, meta, meta.positions, cfg.index_topk, scale, "torch")
+    want_out = kernel_path.sparse_latent_attention(q_lat, dense_latent, want, 0.1, cfg.kv_lora_rank, "torch")
+
+    def refuse(self, slots):
+        raise AssertionError("the kernel path dequantized FP8 rows into a copy")
+
+    monkeypatch.setattr(type(keys), "gather", refuse)
+    monkeypatch.setattr(type(latent), "gather", refuse)
+    got = kernel_path.indexer_slots(q, w, keys, meta, meta.positions, cfg.index_topk, scale, "torch")
+    assert torch.equal(got, want)
+    out = kernel_path.sparse_latent_attention(q_lat, latent, got, 0.1, cfg.kv_lora_rank, "torch")
+    torch.testing.assert_close(out, want_out, atol=1e-6, rtol=1e-6)
