@@ -64,9 +64,18 @@ def main(argv: list[str]) -> int:
             diff = r.get("logits_rel_norm_diff_vs_dequant")
             lines.append(f"  {fmt:>9}: {timing}; peak {r['peak_GiB']:.2f} GiB"
                          + ("" if diff is None else f"; logits vs dequant rel {diff:.2e} (bitwise {r['logits_bitwise_equal']})"))
+    dec = _load(results, "gpu_decode")
+    if dec:
+        copy = dec["copy_GBps"]
+        lines.append(f"gpu_decode ({dec['device']}, width {dec['width']}, {dec['layers']} layers, FP8 KV, eager): "
+                     f"% = kernel bandwidth / copy {copy:.0f} GB/s")  # fmt: skip
+        for r in dec["rows"]:
+            lines.append(f"  ctx {r['context']:>6} B {r['batch']:>3}: {r['step_ms']:.2f} ms/step {r['tokens_per_s']:.0f} tok/s"
+                         f"; indexer {100 * r['indexer_GBps'] / copy:.0f}% sparse_mla {100 * r['sparse_mla_GBps'] / copy:.0f}%"
+                         f" fused_moe {100 * r['fused_moe_GBps'] / copy:.0f}%")  # fmt: skip
     print("\n".join(lines))
     summary = {"stages": [dict(name=n, rc=int(rc), seconds=int(s)) for n, rc, s in stages],
-               "fp8_gemm": gemm, "fused_moe_fp8": moe, "glm53_forward": fwd}  # fmt: skip
+               "fp8_gemm": gemm, "fused_moe_fp8": moe, "glm53_forward": fwd, "gpu_decode": dec}  # fmt: skip
     (results / "gpu_check.json").write_text(json.dumps(summary, indent=1))
     return 0 if all(rc == "0" for _, rc, _ in stages) else 1
 

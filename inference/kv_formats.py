@@ -168,6 +168,7 @@ class Fp8IndexerRows:
         """rotation: "hadamard" looks it up; a cache that builds these rows every step passes the
         matrix (or None where dim is not a power of two) it looked up once."""
         num_pages, page_bytes = storage.shape
+        self.storage = storage  # the raw pages, for kernels that read the layout in place
         self.page_size, self.dim, self.dtype, self.power_of_two = page_size, dim, dtype, power_of_two
         blocks = num_scale_blocks(dim)
         self.values = storage[:, : page_size * dim].view(num_pages, page_size, dim)

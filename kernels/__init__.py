@@ -11,7 +11,8 @@ One DSA attention step of a layer, with the caches of inference/kv_cache.py (row
                                       softmax_scale=qk_head_dim**-0.5, kv_lora_rank=512)
     # out_lat [N, heads, 512] -> W_UV -> o_proj. IndexShare "shared" layers reuse sel.slots.
 
-and the routed experts of an MoE layer: ``fused_moe(x, gate_up_proj, down_proj, ids, weights)``.
+With an FP8 KV cache (fp8_cache.py layouts) ``indexer_topk_fp8`` and ``sparse_mla_fp8_attention``
+read the uint8 cache bytes in place. The routed experts of an MoE layer: ``fused_moe(x, gate_up_proj, down_proj, ids, weights)``.
 FP8 weights (e4m3 + block scales): ``w8a8_linear`` / ``act_quant`` + ``fp8_gemm``, ``weight_dequant``
 and ``fused_moe_fp8`` (kernels/fp8_gemm.py, kernels/fused_moe_fp8.py).
 """
@@ -21,8 +22,10 @@ from kernels.fp8_gemm import act_quant, fp8_gemm, w8a8_linear, weight_dequant
 from kernels.fused_moe import fused_moe, fused_moe_torch, fused_moe_triton
 from kernels.fused_moe_fp8 import fused_moe_fp8
 from kernels.indexer_topk import IndexerTopk, indexer_scores, indexer_scores_torch, indexer_scores_triton, indexer_topk
+from kernels.indexer_topk_fused import indexer_topk_fp8
 from kernels.paged_slots import slots_from_block_table
 from kernels.sparse_mla import sparse_mla_attention, sparse_mla_torch, sparse_mla_triton
+from kernels.sparse_mla_fp8 import sparse_mla_fp8_attention
 
 __all__ = [
     "BACKENDS",
@@ -39,9 +42,11 @@ __all__ = [
     "indexer_scores_torch",
     "indexer_scores_triton",
     "indexer_topk",
+    "indexer_topk_fp8",
     "resolve_backend",
     "slots_from_block_table",
     "sparse_mla_attention",
+    "sparse_mla_fp8_attention",
     "sparse_mla_torch",
     "sparse_mla_triton",
 ]

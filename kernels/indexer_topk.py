@@ -10,10 +10,11 @@ masked to -inf where s > p (causal) or the slot is -1 (no key). ``w`` is the cal
 as transformers' ``GlmMoeDsaIndexer`` computes it. RoPE is the caller's job (q and the cached keys
 are already rotated).
 
-The top-k itself is ``stable_topk`` over the scores in both backends (exact ties go to the earlier
-position, so prefill and decode pick the same keys); a fused streaming top-k over S up to 1M keys
-is a separate kernel that is not written yet (scores are materialized per chunk of query tokens,
-bounded by ``max_chunk_elems``).
+The top-k ranks like ``stable_topk`` in both backends (exact ties go to the earlier position, so
+prefill and decode pick the same keys). The torch reference materializes scores per chunk of query
+tokens (bounded by ``max_chunk_elems``); on Triton ``indexer_topk`` is the fused streaming kernel
+of kernels/indexer_topk_fused.py, which never writes the scores. ``indexer_scores`` (the scores
+themselves) stays for tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -236,13 +237,17 @@ def indexer_topk(
 ) -> IndexerTopk:
     """Top-k keys per query token by indexer score; k = min(topk, S) columns, -1 past the visible keys.
 
-    Same inputs as ``indexer_scores``. Query tokens are processed in chunks so the score matrix of
-    a long prefill never has to exist at once.
+    Same inputs as ``indexer_scores``. Triton: the fused kernel (no score matrix at all). Torch:
+    query tokens in chunks, so the score matrix of a long prefill never exists at once.
     """
     if topk <= 0:
         raise ValueError(f"topk={topk}: expected a positive integer")
     _, dims, device = _check_inputs(q, weights, index_keys, key_slots, query_seq, query_pos)
-    impl = indexer_scores_triton if resolve_backend(backend, device) == "triton" else indexer_scores_torch
+    if resolve_backend(backend, device) == "triton":  # scores and top-k in one pass, no [T, S] scores
+        from kernels.indexer_topk_fused import indexer_topk_fused_triton
+
+        return indexer_topk_fused_triton(q, weights, index_keys, key_slots, query_seq, query_pos, topk, softmax_scale)
+    impl = indexer_scores_torch
     T, S = dims["T"], dims["S"]
     k = min(topk, S)
     positions = torch.full((T, k), -1, dtype=torch.int32, device=device)
@@ -250,7 +255,7 @@ def indexer_topk(
     if T == 0 or k == 0:
         return IndexerTopk(positions=positions, slots=slots)
     # The reference holds [tokens, S, max(H, D)] fp32 intermediates, the kernel only the scores.
-    per_token = S * (max(dims["H"], dims["D"]) if impl is indexer_scores_torch else 1)
+    per_token = S * max(dims["H"], dims["D"])  # the reference holds [tokens, S, max(H, D)] fp32
     chunk = max(1, max_chunk_elems // max(1, per_token))
     for start in range(0, T, chunk):
         end = min(T, start + chunk)

@@ -54,17 +54,20 @@ def sparse_mla_torch(
 
 
 def _sparse_mla_kernel(
-    q_ptr, rows_ptr, slots_ptr, out_ptr, lse_ptr,
-    H, K, K_PER_SPLIT, softmax_scale,
+    q_ptr, lat_ptr, scale_ptr, pe_ptr, slots_ptr, out_ptr, lse_ptr,
+    H, K, K_PER_SPLIT, softmax_scale, lat_stride, scale_stride, scale_off, pe_stride, pe_off,
     stride_qt, stride_qh, stride_st, stride_os, stride_ot, stride_oh, stride_ls, stride_lt,
-    RANK: tl.constexpr, ROPE: tl.constexpr,
+    RANK: tl.constexpr, ROPE: tl.constexpr, FP8: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_P: tl.constexpr,
     DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     # One program: one query token x BLOCK_H heads x one split of its selected rows. All heads share
     # the token's rows, so a gathered block of rows serves BLOCK_H heads for both QK^T and PV.
     # Splits (program_id 2) write partial (out, lse) that the launcher merges: small decode batches
-    # would otherwise leave most SMs idle.
+    # would otherwise leave most SMs idle. A row is [latent | rope] at lat_ptr / pe_ptr (+ pe_off)
+    # with its own row stride each: a model-dtype cache passes one tensor twice; an fp8_ds_mla
+    # cache passes its bytes as e4m3, as fp32 (the scales) and as the model dtype (the rope), and
+    # only the gathered rows are dequantized, here in registers.
     t = tl.program_id(0)
     offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     split = tl.program_id(2)
@@ -75,7 +78,6 @@ def _sparse_mla_kernel(
     h_ok = offs_h < H
     r_ok = offs_r < RANK
     p_ok = offs_p < ROPE
-    row_width = RANK + ROPE
 
     q_base = q_ptr + t * stride_qt + offs_h[:, None] * stride_qh
     q_lat = tl.load(q_base + offs_r[None, :], mask=h_ok[:, None] & r_ok[None, :], other=0.0)
@@ -92,9 +94,19 @@ def _sparse_mla_kernel(
         offs_k = k0 + tl.arange(0, BLOCK_K)
         slots = tl.load(slots_ptr + t * stride_st + offs_k, mask=offs_k < k_end, other=-1).to(tl.int64)
         valid = slots >= 0
-        row_base = rows_ptr + slots[:, None] * row_width
-        lat = tl.load(row_base + offs_r[None, :], mask=valid[:, None] & r_ok[None, :], other=0.0)
-        pe = tl.load(row_base + RANK + offs_p[None, :], mask=valid[:, None] & p_ok[None, :], other=0.0)
+        lat_mask = valid[:, None] & r_ok[None, :]
+        lat = tl.load(lat_ptr + slots[:, None] * lat_stride + offs_r[None, :], mask=lat_mask, other=0.0)
+        if FP8:  # e4m3 x its 128-value block's fp32 scale, rounded to q's dtype (as dequantize_blocks)
+            # One scale per (row, block), broadcast over the block: a [BLOCK_K, BLOCK_R] scale tile
+            # would cost as many registers as the latent itself.
+            GROUP: tl.constexpr = 128 if BLOCK_R >= 128 else BLOCK_R
+            offs_g = tl.arange(0, BLOCK_R // GROUP)
+            s_ptrs = scale_ptr + slots[:, None] * scale_stride + scale_off + offs_g[None, :]
+            scales = tl.load(s_ptrs, mask=valid[:, None] & (offs_g[None, :] * GROUP < RANK), other=0.0)
+            lat = tl.reshape(lat.to(tl.float32), [BLOCK_K, BLOCK_R // GROUP, GROUP]) * scales[:, :, None]
+            lat = tl.reshape(lat, [BLOCK_K, BLOCK_R]).to(q_ptr.dtype.element_ty)
+        pe_ptrs = pe_ptr + slots[:, None] * pe_stride + pe_off + offs_p[None, :]
+        pe = tl.load(pe_ptrs, mask=valid[:, None] & p_ok[None, :], other=0.0)
         if UPCAST:
             lat = lat.to(tl.float32)
             pe = pe.to(tl.float32)
@@ -120,16 +132,20 @@ def _sparse_mla_kernel(
 _SPARSE_MLA_KERNEL = TritonKernel(_sparse_mla_kernel)
 
 
-def sparse_mla_meta(num_heads: int, kv_lora_rank: int, rope_dim: int, dtype: torch.dtype, block_k: int = 32) -> dict:
+def sparse_mla_meta(
+    num_heads: int, kv_lora_rank: int, rope_dim: int, dtype: torch.dtype, block_k: int = 32, fp8: bool = False
+) -> dict:
     """Compile-time constants and launch options (also used by the AOT compile test).
 
     At GLM-5 widths (512 + 64) the fp32 accumulator is BLOCK_H x 512: with 8 warps, BLOCK_H=16 and
     BLOCK_K=32 compile for sm_90 to 128 registers and no spills (4 warps spill at 255). More heads
-    per program (32) halve how often each selected row is gathered. Untuned: no GPU yet.
+    per program (32) halve how often each selected row is gathered. FP8 rows keep 16 heads: their
+    in-register dequantization spills at 32 (255 registers), and compiles to 218 without spills at 16.
+    Untuned: no GPU yet.
     """
     return dict(
-        RANK=kv_lora_rank, ROPE=rope_dim,
-        BLOCK_H=16 if num_heads <= 16 else 32, BLOCK_K=block_k,
+        RANK=kv_lora_rank, ROPE=rope_dim, FP8=fp8,
+        BLOCK_H=16 if num_heads <= 16 or fp8 else 32, BLOCK_K=block_k,
         BLOCK_R=max(16, next_pow2(kv_lora_rank)), BLOCK_P=max(16, next_pow2(rope_dim)),
         DOT_PRECISION=dot_precision(dtype), num_warps=8, num_stages=2,
     )  # fmt: skip
@@ -162,13 +178,21 @@ def sparse_mla_triton(
 
     num_splits: how many programs share one token's selected rows (default: ``choose_num_splits``).
     """
+    width = q.shape[-1]
+    rows = latent_cache.reshape(-1, width)
+    views = (rows, rows, rows, width, 0, 0, width, kv_lora_rank)
+    return launch_sparse_mla(q, views, topk_slots, softmax_scale, kv_lora_rank, False, block_k, num_splits)
+
+
+def launch_sparse_mla(q, views, topk_slots, softmax_scale, kv_lora_rank, fp8, block_k=32, num_splits=None):
+    """Run the kernel over rows described by ``views`` = (latent, scales, rope tensors, latent row
+    stride, scale row stride, scale offset, rope row stride, rope offset), strides in elements."""
     T, H, width = q.shape
     K = topk_slots.shape[1]
     rope = width - kv_lora_rank
-    rows = latent_cache.reshape(-1, width)
     q = q if q.stride(-1) == 1 else q.contiguous()
     topk_slots = topk_slots.contiguous()
-    meta = sparse_mla_meta(H, kv_lora_rank, rope, q.dtype, block_k)
+    meta = sparse_mla_meta(H, kv_lora_rank, rope, q.dtype, block_k, fp8)
     head_blocks = cdiv(H, meta["BLOCK_H"])
     if num_splits is None:
         num_splits = choose_num_splits(q.device, T * head_blocks, K, block_k)
@@ -180,10 +204,11 @@ def sparse_mla_triton(
         out = torch.empty((num_splits, T, H, kv_lora_rank), dtype=torch.float32, device=q.device)
     lse = torch.empty((num_splits, T, H), dtype=torch.float32, device=q.device)
     if T > 0:
+        lat, scales, pe, *strides = views
         _SPARSE_MLA_KERNEL.launch(
             (T, head_blocks, num_splits),
-            q, rows, topk_slots, out, lse,
-            H, K, k_per_split, float(softmax_scale),
+            q, lat, scales, pe, topk_slots, out, lse,
+            H, K, k_per_split, float(softmax_scale), *strides,
             q.stride(0), q.stride(1), topk_slots.stride(0),
             out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
             device=q.device, **meta,

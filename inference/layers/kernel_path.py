@@ -9,11 +9,12 @@ slots per query token ([N, K], -1 = none) and the attention kernel gathers those
 
 Both paths compute the same function; tests run this one with the kernels' torch references.
 
-With an FP8 cache (kv_formats.py) the kernels are unchanged: the rows they need are dequantized
-into a compact model-dtype buffer first and the slots renumbered into it. The indexer reads every
-visible key of the batch's sequences anyway, so those are dequantized once; sparse MLA gets only
-the distinct selected rows (torch.unique: one host sync per layer, the price of not teaching the
-kernels the byte layout yet). A model-dtype cache goes to the kernels in place, as before.
+With an FP8 cache (kv_formats.py) the kernels read the bytes in place: the fused indexer top-k
+scores the FP8 pages (keys dequantized in registers), sparse MLA gathers the selected
+fp8_ds_mla rows and dequantizes only those, in registers. Nothing is expanded per step and there
+is no host sync. Where a layout does not fit a kernel (pages whose scales are not 4-byte aligned,
+a store that is neither format) the old route remains: dequantize the visible keys / the distinct
+selected rows into a compact model-dtype buffer and renumber the slots into it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from inference.forward_batch import AttentionMetadata
+from inference.kv_formats import Fp8IndexerRows, Fp8LatentRows
 
 
 def causal_slots(meta: AttentionMetadata, positions: torch.Tensor) -> torch.Tensor:
@@ -29,6 +31,10 @@ def causal_slots(meta: AttentionMetadata, positions: torch.Tensor) -> torch.Tens
     key_pos = torch.arange(meta.max_seq_len, device=positions.device)
     slots = meta.key_slots[meta.seq_of_token]
     return torch.where(key_pos <= positions.unsqueeze(1), slots, -1).to(torch.int32)
+
+
+def _fp8_pages_fit(key_rows) -> bool:
+    return isinstance(key_rows, Fp8IndexerRows) and (key_rows.page_size * key_rows.dim) % 4 == 0
 
 
 def indexer_slots(
@@ -41,25 +47,28 @@ def indexer_slots(
     softmax_scale: float,
     backend: str,
 ) -> torch.Tensor:
+    """Selected cache slots [N, min(topk, S)] (-1 = none). q is in the keys' basis (prepare_query)."""
     from kernels import indexer_topk
+    from kernels.indexer_topk_fused import indexer_topk_fp8
 
     key_pos = torch.arange(meta.max_seq_len, device=positions.device)
     live = key_pos.unsqueeze(0) < meta.seq_lens.unsqueeze(1)
+    key_slots = torch.where(live, meta.key_slots, -1).to(torch.int32)
+    w = head_weights.float()
     key_cache = key_rows.dense()
-    if key_cache is None:  # quantized: score a dequantized copy of the visible keys, [B * S, D]
-        flat_slots = meta.key_slots.reshape(-1)
-        key_cache = key_rows.gather(flat_slots)
-        local = torch.arange(flat_slots.numel(), device=positions.device).view_as(meta.key_slots)
-        key_slots = torch.where(live, local, -1).to(torch.int32)
-    else:
-        flat_slots = None
-        key_slots = torch.where(live, meta.key_slots, -1).to(torch.int32)
+    if key_cache is not None:
+        return indexer_topk(q, w, key_cache, key_slots, meta.seq_of_token, positions, topk, softmax_scale,
+                            backend=backend).slots  # fmt: skip
+    if _fp8_pages_fit(key_rows):  # the FP8 pages in place
+        return indexer_topk_fp8(q, w, key_rows.storage, key_rows.page_size, key_slots, meta.seq_of_token, positions,
+                                topk, softmax_scale, backend=backend).slots  # fmt: skip
+    # Fallback: score a dequantized copy of the visible keys, [B * S, D].
+    flat_slots = meta.key_slots.reshape(-1)
+    local = torch.arange(flat_slots.numel(), device=positions.device).view_as(meta.key_slots)
     selected = indexer_topk(
-        q, head_weights.float(), key_cache, key_slots, meta.seq_of_token, positions, topk, softmax_scale,
-        backend=backend,
+        q, w, key_rows.gather(flat_slots), torch.where(live, local, -1).to(torch.int32), meta.seq_of_token,
+        positions, topk, softmax_scale, backend=backend,
     ).slots  # fmt: skip
-    if flat_slots is None:
-        return selected
     return torch.where(selected >= 0, flat_slots[selected.clamp_min(0).long()], -1).to(torch.int32)
 
 
@@ -68,15 +77,18 @@ def sparse_latent_attention(
 ) -> torch.Tensor:
     """q [N, H, rank + rope] (absorbed) -> [N, H, rank] attention output in latent space."""
     from kernels import sparse_mla_attention
+    from kernels.sparse_mla_fp8 import sparse_mla_fp8_attention
 
     latent_cache = latent_rows.dense()
-    if latent_cache is None:  # quantized: dequantize each distinct selected row once
-        distinct, local = torch.unique(slots.clamp_min(0), return_inverse=True)
-        latent_cache = latent_rows.gather(distinct)
-        slots = torch.where(slots >= 0, local, -1).to(torch.int32)
-
-    out, _ = sparse_mla_attention(q, latent_cache, slots, scale, rank, backend=backend)
-    return out
+    if latent_cache is not None:
+        return sparse_mla_attention(q, latent_cache, slots, scale, rank, backend=backend)[0]
+    if isinstance(latent_rows, Fp8LatentRows) and latent_rows.dtype == q.dtype:  # the FP8 rows in place
+        return sparse_mla_fp8_attention(q, latent_rows.flat, slots, scale, rank, backend=backend)[0]
+    # Fallback: dequantize each distinct selected row once (torch.unique: a host sync).
+    distinct, local = torch.unique(slots.clamp_min(0), return_inverse=True)
+    compact = latent_rows.gather(distinct)
+    return sparse_mla_attention(q, compact, torch.where(slots >= 0, local, -1).to(torch.int32), scale, rank,
+                                backend=backend)[0]  # fmt: skip
 
 
 def routed_experts(x, gate_up, down, ids, weights, backend: str) -> torch.Tensor:

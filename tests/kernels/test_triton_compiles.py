@@ -11,6 +11,7 @@ import torch
 
 # By module path: the package re-exports functions named like two of these modules.
 idx_mod = import_module("kernels.indexer_topk")
+fused_mod = import_module("kernels.indexer_topk_fused")
 mla_mod = import_module("kernels.sparse_mla")
 moe_mod = import_module("kernels.fused_moe")
 fp8_mod = import_module("kernels.fp8_gemm")
@@ -30,18 +31,26 @@ KERNELS = {
         )
         for block_t in (1, 4)
     },
-    "sparse_mla_bf16_64_heads": (
-        mla_mod._SPARSE_MLA_KERNEL,
-        {"q_ptr": "*bf16", "rows_ptr": "*bf16", "slots_ptr": "*i32", "out_ptr": "*bf16", "lse_ptr": "*fp32",
-         "softmax_scale": "fp32"},
-        mla_mod.sparse_mla_meta(64, 512, 64, torch.bfloat16),
-    ),
-    "sparse_mla_fp32_8_heads": (
-        mla_mod._SPARSE_MLA_KERNEL,
-        {"q_ptr": "*fp32", "rows_ptr": "*fp32", "slots_ptr": "*i32", "out_ptr": "*fp32", "lse_ptr": "*fp32",
-         "softmax_scale": "fp32"},
-        mla_mod.sparse_mla_meta(8, 512, 64, torch.float32),
-    ),
+    **{
+        f"indexer_topk_fused_{kind}": (
+            fused_mod._FUSED_KERNEL,
+            {"q_ptr": "*bf16", "w_ptr": "*fp32", "keys_ptr": keys, "scales_ptr": scales, "key_slots_ptr": "*i32",
+             "query_seq_ptr": "*i32", "query_pos_ptr": "*i32", "cand_ptr": "*i64", "softmax_scale": "fp32"},
+            fused_mod.fused_topk_meta(32, 128, 2048, torch.bfloat16, kind == "fp8"),
+        )
+        for kind, keys, scales in (("bf16", "*bf16", "*bf16"), ("fp8", "*fp8e4nv", "*fp32"))
+    },
+    **{
+        f"sparse_mla_{name}": (
+            mla_mod._SPARSE_MLA_KERNEL,
+            {"q_ptr": f"*{dt}", "lat_ptr": lat, "scale_ptr": sc, "pe_ptr": f"*{dt}", "slots_ptr": "*i32",
+             "out_ptr": f"*{dt}", "lse_ptr": "*fp32", "softmax_scale": "fp32"},
+            mla_mod.sparse_mla_meta(heads, 512, 64, torch.bfloat16 if dt == "bf16" else torch.float32, fp8=lat == "*fp8e4nv"),
+        )
+        for name, dt, lat, sc, heads in (("bf16_64_heads", "bf16", "*bf16", "*bf16", 64),
+                                         ("fp32_8_heads", "fp32", "*fp32", "*fp32", 8),
+                                         ("fp8_rows_bf16_64_heads", "bf16", "*fp8e4nv", "*fp32", 64))
+    },
     "moe_gate_up_bf16": (
         moe_mod._GATE_UP_KERNEL,
         {"x_ptr": "*bf16", "w_ptr": "*bf16", "act_ptr": "*bf16", "sorted_pairs_ptr": "*i32", "block_expert_ptr": "*i32"},
