@@ -1,0 +1,77 @@
+"""MLA + DSA attention of GLM-5.3-Flash's "indexed_attention" layers (i % 4 == 3), NoPE.
+
+q = q_b(q_a_norm(q_a(x))) [H, nope]; the cache keeps one normalized latent kv_a_norm(kv_a(x))
+[kv_lora_rank] per token and expands it with kv_b into per-head keys [nope] and values [v] at
+attention time. Which cached tokens a query attends to is the k-pool indexer's mask
+(kpool_indexer.py), or on an IndexShare "shared" layer the previous full layer's mask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from inference.glm5_next.config import Glm5NextTextConfig
+from inference.glm5_next.kpool_indexer import KPoolIndexer
+from inference.layers.norm import RMSNorm
+
+
+@dataclass
+class DsaState:
+    latent: torch.Tensor  # [B, L, kv_lora_rank]
+    index_keys: torch.Tensor  # [B, L, Dh]
+    index_gates: torch.Tensor  # [B, L, Dh]
+
+    @classmethod
+    def empty(cls, config: Glm5NextTextConfig, batch: int, device, dtype) -> DsaState:
+        def z(d):
+            return torch.zeros(batch, 0, d, device=device, dtype=dtype)
+
+        return cls(z(config.kv_lora_rank), z(config.index_head_dim), z(config.index_head_dim))
+
+    @property
+    def length(self) -> int:
+        return self.latent.shape[1]
+
+
+class DsaAttention(nn.Module):
+    def __init__(self, config: Glm5NextTextConfig, full_indexer: bool):
+        super().__init__()
+        self.num_heads, self.nope, self.v_dim = config.num_attention_heads, config.qk_nope_head_dim, config.v_head_dim
+        self.scale = config.softmax_scale
+        h, bias = config.hidden_size, config.attention_bias
+        self.q_a_proj = nn.Linear(h, config.q_lora_rank, bias=bias)
+        self.q_a_layernorm = RMSNorm(config.q_lora_rank, config.rms_norm_eps)
+        self.q_b_proj = nn.Linear(config.q_lora_rank, self.num_heads * self.nope, bias=False)
+        self.kv_a_proj_with_mqa = nn.Linear(h, config.kv_lora_rank, bias=bias)
+        self.kv_a_layernorm = RMSNorm(config.kv_lora_rank, config.rms_norm_eps)
+        self.kv_b_proj = nn.Linear(config.kv_lora_rank, self.num_heads * (self.nope + self.v_dim), bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.v_dim, h, bias=bias)
+        self.indexer = KPoolIndexer(config) if full_indexer else None
+
+    def forward(self, x: torch.Tensor, state: DsaState, positions: torch.Tensor,
+                shared_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [B, T, hidden]; `state` gets this chunk's rows appended. -> (out [B, T, hidden], mask)."""
+        b, t, _ = x.shape
+        q_resid = self.q_a_layernorm(self.q_a_proj(x))
+        q = self.q_b_proj(q_resid).view(b, t, self.num_heads, self.nope).transpose(1, 2)
+        state.latent = torch.cat([state.latent, self.kv_a_layernorm(self.kv_a_proj_with_mqa(x))], dim=1)
+        if self.indexer is not None:
+            keys, gates = self.indexer.new_rows(x)
+            state.index_keys = torch.cat([state.index_keys, keys], dim=1)
+            state.index_gates = torch.cat([state.index_gates, gates], dim=1)
+            mask = self.indexer(x, q_resid, state.index_keys, state.index_gates, positions)
+        elif shared_mask is None:
+            raise ValueError("a shared DSA layer needs the selection of the full layer before it")
+        else:
+            mask = shared_mask
+        n = state.length
+        kv = self.kv_b_proj(state.latent).view(b, n, self.num_heads, self.nope + self.v_dim).transpose(1, 2)
+        k, v = kv.split([self.nope, self.v_dim], dim=-1)
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale  # [B, H, T, L]
+        scores = scores.masked_fill(~mask.unsqueeze(1), torch.finfo(scores.dtype).min)
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        out = torch.matmul(probs, v).transpose(1, 2).reshape(b, t, -1)
+        return self.o_proj(out), mask

@@ -1,0 +1,141 @@
+"""GLM-5.3-Flash (`glm5_next`) causal LM, text part: KDA + MLA/DSA hybrid with mHC streams.
+
+`forward(input_ids, state)` runs a chunk of new tokens for a batch of B equally long sequences
+and carries `FlashState` (per KDA layer: conv window + recurrent state; per DSA layer: the
+latent and indexer rows). Calling it on a whole prompt, on the prompt in chunks of any size, or
+one token at a time gives the same logits (tests/inference/glm5_next/). `generate` is greedy
+decoding over that. Module names follow transformers' Glm5NextTextModel so checkpoints load by
+name (loader.py applies the on-disk renames).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from inference.glm5_next.config import Glm5NextTextConfig
+from inference.glm5_next.dsa_attention import DsaAttention, DsaState
+from inference.glm5_next.ffn import ClampedSwiGLU, FlashMoE
+from inference.glm5_next.hyper_connection import HyperConnection
+from inference.glm5_next.kda import KdaState, KimiDeltaAttention
+from inference.layers.norm import RMSNorm
+
+
+@dataclass
+class FlashState:
+    """Everything a batch of sequences carries between forward calls."""
+
+    layers: list[KdaState | DsaState]
+    length: int = 0  # tokens already processed (the same for every sequence of the batch)
+    batch: int = 1
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def new(cls, config: Glm5NextTextConfig, batch: int, device, dtype) -> FlashState:
+        layers = [KdaState.zeros(config, batch, device) if config.is_kda(i) else DsaState.empty(config, batch, device, dtype)
+                  for i in range(config.num_hidden_layers)]  # fmt: skip
+        return cls(layers, 0, batch)
+
+
+class FlashDecoderLayer(nn.Module):
+    def __init__(self, config: Glm5NextTextConfig, layer: int):
+        super().__init__()
+        self.kda = config.is_kda(layer)
+        self.self_attn = KimiDeltaAttention(config) if self.kda else DsaAttention(config, config.is_full_indexer(layer))
+        if config.is_moe(layer):
+            self.mlp = FlashMoE(config)
+        else:
+            self.mlp = ClampedSwiGLU(config.hidden_size, config.intermediate_size, config.swiglu_limit)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.attn_hc = HyperConnection(config)
+        self.ffn_hc = HyperConnection(config)
+
+    def forward(self, streams, state, positions, shared_mask):
+        post, comb, x = self.attn_hc(streams)
+        x = self.input_layernorm(x)
+        mask = None
+        if self.kda:
+            out = self.self_attn(x, state)
+        else:
+            out, mask = self.self_attn(x, state, positions, shared_mask)
+        streams = HyperConnection.merge(post, comb, out, streams)
+        post, comb, x = self.ffn_hc(streams)
+        out = self.mlp(self.post_attention_layernorm(x))
+        return HyperConnection.merge(post, comb, out, streams), mask
+
+
+class Glm5NextTextModel(nn.Module):
+    def __init__(self, config: Glm5NextTextConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(FlashDecoderLayer(config, i) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class Glm5NextForCausalLM(nn.Module):
+    def __init__(self, config: Glm5NextTextConfig):
+        super().__init__()
+        self.config = config
+        self.model = Glm5NextTextModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    def new_state(self, batch: int = 1) -> FlashState:
+        return FlashState.new(self.config, batch, self.device, self.dtype)
+
+    def set_kda_prefill_form(self, form: str) -> None:
+        """"chunked" (default) or "recurrent" (per-token reference) for every KDA layer."""
+        if form not in ("chunked", "recurrent"):
+            raise ValueError(f"form={form!r}: expected 'chunked' or 'recurrent'")
+        for layer in self.model.layers:
+            if layer.kda:
+                layer.self_attn.prefill_form = form
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, state: FlashState | None = None) -> torch.Tensor:
+        """input_ids [B, T] (new tokens) -> logits [B, T, vocab]; `state` advances by T tokens.
+        Without a state the tokens are a whole prompt starting at position 0."""
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids: shape {tuple(input_ids.shape)}, expected [batch, seq_len]")
+        b, t = input_ids.shape
+        state = state if state is not None else self.new_state(b)
+        if state.batch != b:
+            raise ValueError(f"input_ids: batch {b}, but the state holds {state.batch} sequences")
+        if state.length + t > self.config.max_position_embeddings:
+            raise ValueError(f"sequence length {state.length + t} exceeds max_position_embeddings="
+                             f"{self.config.max_position_embeddings}")
+        positions = torch.arange(state.length, state.length + t, device=input_ids.device)
+        h = self.model.embed_tokens(input_ids)
+        streams = h.unsqueeze(2).expand(-1, -1, self.config.hc_mult, -1).contiguous()
+        mask = None
+        for layer, layer_state in zip(self.model.layers, state.layers):
+            streams, new_mask = layer(streams, layer_state, positions, mask)
+            mask = new_mask if not layer.kda else mask  # IndexShare: the last DSA selection
+        state.length += t
+        return self.lm_head(self.model.norm(streams.mean(dim=2)))
+
+    @torch.inference_mode()
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, prefill_chunk: int | None = None) -> torch.Tensor:
+        """Greedy decoding: prompt [B, T] -> generated tokens [B, max_new_tokens] (one step each)."""
+        state = self.new_state(input_ids.shape[0])
+        chunk = prefill_chunk or input_ids.shape[1]
+        for start in range(0, input_ids.shape[1], chunk):
+            logits = self(input_ids[:, start : start + chunk], state)
+        out = []
+        for _ in range(max_new_tokens):
+            token = logits[:, -1].argmax(-1, keepdim=True)
+            out.append(token)
+            logits = self(token, state)
+        return torch.cat(out, dim=1)
