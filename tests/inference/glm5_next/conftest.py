@@ -19,3 +19,15 @@ def hf_flash(tmp_path):
         return model, path
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """These tiny models are overhead-bound: on a shared CPU, a second intra-op thread only adds
+    contention (measured 20x slower forwards under load). Restored afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
