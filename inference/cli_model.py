@@ -14,7 +14,8 @@ def register(subparsers) -> None:
 
     init = sub.add_parser("init-random", help="write a random GLM-5.x checkpoint in the real on-disk format")
     init.add_argument("out", type=Path, help="output directory")
-    init.add_argument("--preset", choices=["tiny", "small"], default="tiny")
+    init.add_argument("--preset", choices=["tiny", "small", "flash-tiny", "flash-small"], default="tiny",
+                      help="tiny/small: GLM-5.x (glm_moe_dsa); flash-*: GLM-5.3-Flash (glm5_next)")
     init.add_argument("--seed", type=int, default=0)
     init.add_argument("--fp8", action="store_true", help="FP8 e4m3 weights with 128x128 weight_scale_inv blocks")
     init.add_argument("--shards", type=int, default=2, help="number of safetensors files (>= 1)")
@@ -69,14 +70,24 @@ def _init_random(args: argparse.Namespace) -> int:
 
     try:
         overrides = parse_overrides(args.overrides)
-        check_args(args.preset, overrides, args.shards)
+        flash = args.preset.startswith("flash-")
+        if flash:
+            from inference.glm5_next.random_checkpoint import check_flash_args, write_flash_checkpoint
+
+            check_flash_args(args.preset, overrides, args.shards)
+        else:
+            check_args(args.preset, overrides, args.shards)
         if args.out.exists() and not args.out.is_dir():
             raise ValueError(f"{args.out}: exists and is not a directory")
         if args.out.is_dir() and any(args.out.iterdir()):
             if not args.force:
                 raise ValueError(f"{args.out}: directory is not empty (pass --force to replace the checkpoint in it)")
             clear_checkpoint_files(args.out)
-        write_random_checkpoint(args.out, args.preset, args.seed, overrides, fp8=args.fp8, shards=args.shards)
+        if flash:
+            write_flash_checkpoint(args.out, args.preset, args.seed, overrides, fp8=args.fp8, shards=args.shards,
+                                   fp8_block=(128, 128))
+        else:
+            write_random_checkpoint(args.out, args.preset, args.seed, overrides, fp8=args.fp8, shards=args.shards)
     except (ValueError, ConfigError) as exc:
         print(f"horizon model init-random: {exc}", file=sys.stderr)
         return 2

@@ -12,6 +12,8 @@ vision): a text-only checkpoint in every other respect.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import json
 import re
 from pathlib import Path
@@ -114,15 +116,27 @@ def random_flash_tensors(config: Glm5NextTextConfig, seed: int, dtype: torch.dty
     return out
 
 
+def check_flash_args(preset: str, overrides: dict[str, Any] | None, shards: int) -> None:
+    """Everything about a request that can be wrong, checked before any file is touched."""
+    if shards < 1:
+        raise ValueError(f"shards={shards}: expected at least 1 safetensors file")
+    known = {f.name for f in dataclasses.fields(Glm5NextTextConfig)} - {"extra", "vision_config", "weight_block_size"}
+    known |= {"model_type", "linear_attn_config", "index_topk_pattern", "index_topk_freq", "index_skip_topk_offset"}
+    for key in overrides or {}:
+        if key not in known:  # a typo would otherwise land in config.json unread
+            close = difflib.get_close_matches(key, sorted(known), n=3)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise ValueError(f"--set {key}: not a GLM-5.3-Flash text config field{hint}")
+    Glm5NextTextConfig.from_dict(flash_text_config(preset, overrides))
+
+
 def write_flash_checkpoint(out_dir: str | Path, preset: str = "flash-tiny", seed: int = 0,
                            overrides: dict[str, Any] | None = None, fp8: bool = False, shards: int = 2,
                            dtype: torch.dtype = torch.bfloat16, fp8_block: tuple[int, int] = (8, 8)) -> Path:
     from inference.random_checkpoint import _write_shards, _write_tokenizer
 
-    if shards < 1:
-        raise ValueError(f"shards={shards}: expected at least 1 safetensors file")
+    check_flash_args(preset, overrides, shards)  # refuse bad overrides before any file is written
     text = flash_text_config(preset, overrides)
-    Glm5NextTextConfig.from_dict(text)  # refuse bad overrides before any file is written
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = _write_tokenizer(out)
