@@ -35,6 +35,14 @@ class DsaState:
     def length(self) -> int:
         return self.latent.shape[1]
 
+    def append(self, latent, keys, gates, lengths=None):
+        """Add this chunk's rows (every row valid: equal-length batch) -> all rows (latent, keys, gates)."""
+        self.latent = torch.cat([self.latent, latent], dim=1)
+        if keys is not None:
+            self.index_keys = torch.cat([self.index_keys, keys], dim=1)
+            self.index_gates = torch.cat([self.index_gates, gates], dim=1)
+        return self.latent, self.index_keys, self.index_gates
+
 
 class DsaAttention(nn.Module):
     def __init__(self, config: Glm5NextTextConfig, full_indexer: bool):
@@ -51,24 +59,25 @@ class DsaAttention(nn.Module):
         self.o_proj = nn.Linear(self.num_heads * self.v_dim, h, bias=bias)
         self.indexer = KPoolIndexer(config) if full_indexer else None
 
-    def forward(self, x: torch.Tensor, state: DsaState, positions: torch.Tensor,
-                shared_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """x [B, T, hidden]; `state` gets this chunk's rows appended. -> (out [B, T, hidden], mask)."""
+    def forward(self, x: torch.Tensor, state, positions: torch.Tensor, shared_mask: torch.Tensor | None = None,
+                lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [B, T, hidden]; `state` (DsaState, or a state pool's view) takes this chunk's rows.
+        positions [T] or [B, T]; lengths [B]: valid new tokens per row (right padding), None = all.
+        -> (out [B, T, hidden], mask [B, T, L])."""
         b, t, _ = x.shape
         q_resid = self.q_a_layernorm(self.q_a_proj(x))
         q = self.q_b_proj(q_resid).view(b, t, self.num_heads, self.nope).transpose(1, 2)
-        state.latent = torch.cat([state.latent, self.kv_a_layernorm(self.kv_a_proj_with_mqa(x))], dim=1)
+        latent_new = self.kv_a_layernorm(self.kv_a_proj_with_mqa(x))
+        keys_new, gates_new = self.indexer.new_rows(x) if self.indexer is not None else (None, None)
+        latent, keys, gates = state.append(latent_new, keys_new, gates_new, lengths)
         if self.indexer is not None:
-            keys, gates = self.indexer.new_rows(x)
-            state.index_keys = torch.cat([state.index_keys, keys], dim=1)
-            state.index_gates = torch.cat([state.index_gates, gates], dim=1)
-            mask = self.indexer(x, q_resid, state.index_keys, state.index_gates, positions)
+            mask = self.indexer(x, q_resid, keys, gates, positions)
         elif shared_mask is None:
             raise ValueError("a shared DSA layer needs the selection of the full layer before it")
         else:
             mask = shared_mask
-        n = state.length
-        kv = self.kv_b_proj(state.latent).view(b, n, self.num_heads, self.nope + self.v_dim).transpose(1, 2)
+        n = latent.shape[1]
+        kv = self.kv_b_proj(latent).view(b, n, self.num_heads, self.nope + self.v_dim).transpose(1, 2)
         k, v = kv.split([self.nope, self.v_dim], dim=-1)
         scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale  # [B, H, T, L]
         scores = scores.masked_fill(~mask.unsqueeze(1), torch.finfo(scores.dtype).min)

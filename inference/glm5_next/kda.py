@@ -88,27 +88,38 @@ class KimiDeltaAttention(nn.Module):
         # "chunked" (default) or "recurrent" (the per-token reference; tests and benchmarks).
         self.prefill_form = "chunked"
 
-    def _conv(self, qkv: torch.Tensor, state: KdaState | None) -> torch.Tensor:
-        """qkv [B, T, C] -> SiLU(causal depthwise conv) [B, T, C]; updates state.conv."""
+    def _conv(self, qkv: torch.Tensor, state: KdaState | None, lengths: torch.Tensor | None) -> torch.Tensor:
+        """qkv [B, T, C] -> SiLU(causal depthwise conv) [B, T, C]; updates state.conv to the
+        K-1 inputs before each row's end (lengths[b], right padding after it)."""
         b, t, c = qkv.shape
         x = qkv.transpose(1, 2).float()
         past = state.conv if state is not None else x.new_zeros(b, c, self.kernel - 1)
         full = torch.cat([past, x], dim=-1)  # [B, C, K - 1 + T]
-        if state is not None:
-            state.conv = full[..., -(self.kernel - 1) :].clone() if self.kernel > 1 else past
+        if state is not None and self.kernel > 1:
+            if lengths is None:
+                state.conv = full[..., -(self.kernel - 1) :].clone()
+            else:  # full index j holds input j - (K - 1): the window is [len_b, len_b + K - 1)
+                idx = lengths.view(b, 1, 1) + torch.arange(self.kernel - 1, device=x.device).view(1, 1, -1)
+                state.conv = full.gather(-1, idx.expand(b, c, -1))
         y = F.conv1d(full, self.conv1d.weight.float(), groups=c)  # length T: valid conv over the window
         return F.silu(y).to(qkv.dtype).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, state: KdaState | None = None) -> torch.Tensor:
-        """x [B, T, hidden] (after input_layernorm) -> [B, T, hidden]; state updated in place."""
+    def forward(self, x: torch.Tensor, state: KdaState | None = None, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """x [B, T, hidden] (after input_layernorm) -> [B, T, hidden]; state updated in place.
+        lengths [B]: valid tokens per row (right padding after them leaves the state untouched:
+        those steps get beta = 0, no write, and g = 0, no decay); None = all valid."""
         b, t, _ = x.shape
         shape = (b, t, self.num_heads, self.head_dim)
-        qkv = self._conv(torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1), state)
+        qkv = self._conv(torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1), state, lengths)
         q, k, v = (part.reshape(shape).float() for part in qkv.chunk(3, dim=-1))
         q = delta_rule.l2norm(q) * self.head_dim**-0.5
         k = delta_rule.l2norm(k)
         g = self.forget_gate(x)
         beta = torch.sigmoid(self.b_proj(x)).float()
+        if lengths is not None:
+            valid = torch.arange(t, device=x.device).view(1, t) < lengths.view(b, 1)
+            beta = beta * valid.unsqueeze(-1)
+            g = g * valid.view(b, t, 1, 1)
         init = state.recurrent if state is not None else None
         if t == 1 or self.prefill_form == "recurrent":
             o, final = delta_rule.recurrent(q, k, v, g, beta, init)

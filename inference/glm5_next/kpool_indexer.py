@@ -47,13 +47,13 @@ class KPoolIndexer(nn.Module):
 
     def forward(self, x, q_resid, keys, gates, positions: torch.Tensor) -> torch.Tensor:
         """x [B, T, hidden], q_resid [B, T, q_lora], cached keys/gates [B, L, Dh] (this chunk
-        included), positions [T] of the queries -> visibility mask [B, T, L]."""
+        included), positions [T] or [B, T] of the queries -> visibility mask [B, T, L]."""
         b, t, _ = x.shape
         n_tok = keys.shape[1]
         pools = self.pool_keys(keys, gates)  # [B, P, Dh]
         p = pools.shape[1]
         tok = torch.arange(n_tok, device=x.device)
-        pos = positions.view(1, t, 1)
+        pos = positions.view(-1, t, 1)
         mask = torch.zeros(b, t, n_tok, dtype=torch.bool, device=x.device)
         if p:
             q = self.wq_b(q_resid).view(b, t, self.n_heads, self.head_dim)

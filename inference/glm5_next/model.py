@@ -20,6 +20,7 @@ from inference.glm5_next.dsa_attention import DsaAttention, DsaState
 from inference.glm5_next.ffn import ClampedSwiGLU, FlashMoE
 from inference.glm5_next.hyper_connection import HyperConnection
 from inference.glm5_next.kda import KdaState, KimiDeltaAttention
+from inference.glm5_next.state_pool import FlashStatePool
 from inference.layers.norm import RMSNorm
 
 
@@ -53,14 +54,14 @@ class FlashDecoderLayer(nn.Module):
         self.attn_hc = HyperConnection(config)
         self.ffn_hc = HyperConnection(config)
 
-    def forward(self, streams, state, positions, shared_mask):
+    def forward(self, streams, state, positions, shared_mask, lengths=None):
         post, comb, x = self.attn_hc(streams)
         x = self.input_layernorm(x)
         mask = None
         if self.kda:
-            out = self.self_attn(x, state)
+            out = self.self_attn(x, state, lengths)
         else:
-            out, mask = self.self_attn(x, state, positions, shared_mask)
+            out, mask = self.self_attn(x, state, positions, shared_mask, lengths)
         streams = HyperConnection.merge(post, comb, out, streams)
         post, comb, x = self.ffn_hc(streams)
         out = self.mlp(self.post_attention_layernorm(x))
@@ -125,6 +126,42 @@ class Glm5NextForCausalLM(nn.Module):
             mask = new_mask if not layer.kda else mask  # IndexShare: the last DSA selection
         state.length += t
         return self.lm_head(self.model.norm(streams.mean(dim=2)))
+
+    @torch.inference_mode()
+    def forward_slots(self, seqs: list[tuple[int, list[int]]], pool: FlashStatePool) -> list[torch.Tensor]:
+        """A ragged batch: (slot, new tokens) per sequence, each continuing from its slot's length.
+        Rows are right-padded to the longest; padding leaves every state untouched (kda.py) and
+        its rows are dropped. -> logits [n_new, vocab] per sequence."""
+        if not seqs:
+            return []
+        dev = self.device
+        b, t = len(seqs), max(len(toks) for _, toks in seqs)
+        if any(not toks for _, toks in seqs):
+            raise ValueError("forward_slots: every sequence needs at least one new token")
+        slots = torch.tensor([s for s, _ in seqs], device=dev)
+        lengths = torch.tensor([len(toks) for _, toks in seqs], device=dev)
+        starts = pool.lengths[slots].clone()
+        if int((starts + lengths).max()) > pool.max_len:
+            raise ValueError(f"forward_slots: a sequence would exceed the pool's max_len={pool.max_len}")
+        ids = torch.zeros(b, t, dtype=torch.long, device=dev)
+        for row, (_, toks) in enumerate(seqs):
+            ids[row, : len(toks)] = torch.tensor(toks, device=dev)
+        positions = starts.view(b, 1) + torch.arange(t, device=dev).view(1, t)
+        streams = self.model.embed_tokens(ids).unsqueeze(2).expand(-1, -1, self.config.hc_mult, -1).contiguous()
+        mask = None
+        for i, layer in enumerate(self.model.layers):
+            if layer.kda:
+                state = pool.kda_view(i, slots)
+                streams, _ = layer(streams, state, positions, None, lengths)
+                pool.kda_write(i, slots, state)
+            else:
+                streams, mask = layer(streams, pool.dsa_view(i, slots, starts, lengths), positions, mask, lengths)
+        pool.lengths[slots] = starts + lengths
+        logits = self.lm_head(self.model.norm(streams.mean(dim=2)))
+        return [logits[row, : len(toks)] for row, (_, toks) in enumerate(seqs)]
+
+    def new_state_pool(self, slots: int, max_len: int) -> FlashStatePool:
+        return FlashStatePool(self.config, slots, max_len, self.device, self.dtype)
 
     @torch.inference_mode()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, prefill_chunk: int | None = None) -> torch.Tensor:
