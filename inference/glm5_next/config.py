@@ -70,6 +70,10 @@ class Glm5NextTextConfig:
     mlp_layer_types: tuple[str, ...] = ()
     indexer_types: tuple[str, ...] = ()
     weight_block_size: tuple[int, int] | None = None
+    # top-level (multimodal) fields: placeholder ids the vision tower's embeddings replace
+    image_token_id: int = 154854
+    video_start_token_id: int = 154832
+    video_end_token_id: int = 154833
     vision_config: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -151,6 +155,9 @@ class Glm5NextTextConfig:
         values["eos_token_id"] = _eos(d.get("eos_token_id"))
         values["weight_block_size"] = _block(top.get("quantization_config") or d.get("quantization_config"))
         values["vision_config"] = top.get("vision_config")
+        for name in ("image_token_id", "video_start_token_id", "video_end_token_id"):
+            if name in top:
+                values[name] = _typed(name, top[name], "int")
         known = {f.name for f in fields(cls)}
         values["extra"] = {k: v for k, v in d.items() if k not in known}
         config = cls(**values)

@@ -11,7 +11,7 @@ transformers' conversion mapping applies on load (docs/glm5-model.md §G):
   inference/fp8.py's dequantize_blockwise.
 Skipped, and counted in `load_notes`: the MTP layer (`layers.{num_hidden_layers}.*`,
 `shared_head.*`; transformers ignores them too and there is no oracle for it yet), the vision
-tower `model.visual.*` (not implemented yet), indexer weights shipped on IndexShare "shared"
+tower `model.visual.*` when loaded with vision=False, indexer weights shipped on IndexShare "shared"
 layers. Anything else unexpected, missing or mis-shaped is one CheckpointError naming every tensor.
 """
 
@@ -43,10 +43,10 @@ _INDEXER = re.compile(r"^model\.layers\.(\d+)\.self_attn\.indexer\.")
 _FP32 = re.compile(r"(mlp\.gate\.weight|e_score_correction_bias|conv1d\.weight|dt_bias|A_log|_hc\.base|_hc\.scale)$")
 
 
-def our_name(disk: str) -> str | None:
-    """On-disk tensor name -> our parameter name (None: not part of the text model)."""
-    if disk.startswith("model.visual.") or disk.startswith("visual."):
-        return None
+def our_name(disk: str) -> str:
+    """On-disk tensor name -> our parameter name (model.visual.* stays as it is)."""
+    if disk.startswith("visual."):
+        return "model." + disk
     name = disk
     for prefix in ("model.language_model.", "language_model.model.", "language_model."):
         if name.startswith(prefix):
@@ -58,15 +58,19 @@ def our_name(disk: str) -> str | None:
 
 
 def load_flash_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-                     weight_format: str = "dequant") -> Glm5NextForCausalLM:
+                     weight_format: str = "dequant", vision: bool = True) -> Glm5NextForCausalLM:
+    """vision: build and load the vision tower when the checkpoint has one (model.visual.*);
+    False skips its tensors (text-only serving)."""
     if weight_format != "dequant":
         raise ValueError(f"weight_format={weight_format!r}: GLM-5.3-Flash loads FP8 dequantized only ('dequant') so far")
     path = Path(path)
     config = Glm5NextTextConfig.from_pretrained(path)
     shards = _Shards(checkpoint_files(path))
     block = config.weight_block_size or DEFAULT_BLOCK
+    has_vision = any(n.startswith(("model.visual.", "visual.")) for n in shards.files)
+    vision = vision and has_vision
     with torch.device("meta"):
-        model = Glm5NextForCausalLM(config)
+        model = Glm5NextForCausalLM(config, vision=vision)
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     notes: dict[str, int] = defaultdict(int)
     errors: list[str] = []
@@ -80,8 +84,8 @@ def load_flash_model(path: str | Path, dtype: torch.dtype = torch.float32, devic
                 errors.append(f"{disk}: unexpected (no matching weight)")
             continue
         name = our_name(disk)
-        if name is None:
-            notes["vision tensors skipped (vision tower not implemented)"] += 1
+        if name.startswith("model.visual.") and not vision:
+            notes["vision tensors skipped (vision=False)"] += 1
             continue
         if name.startswith(mtp) or ".shared_head." in name:
             notes["MTP tensors skipped (transformers ignores them too)"] += 1

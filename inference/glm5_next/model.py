@@ -21,6 +21,7 @@ from inference.glm5_next.ffn import ClampedSwiGLU, FlashMoE
 from inference.glm5_next.hyper_connection import HyperConnection
 from inference.glm5_next.kda import KdaState, KimiDeltaAttention
 from inference.glm5_next.state_pool import FlashStatePool
+from inference.glm5_next.vision import VisionConfig, VisionTower
 from inference.layers.norm import RMSNorm
 
 
@@ -69,18 +70,20 @@ class FlashDecoderLayer(nn.Module):
 
 
 class Glm5NextTextModel(nn.Module):
-    def __init__(self, config: Glm5NextTextConfig):
+    def __init__(self, config: Glm5NextTextConfig, vision: bool = False):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(FlashDecoderLayer(config, i) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        if vision:  # stored as model.visual.* on disk, as here
+            self.visual = VisionTower(VisionConfig.from_dict(config.vision_config or {}, config.hidden_size))
 
 
 class Glm5NextForCausalLM(nn.Module):
-    def __init__(self, config: Glm5NextTextConfig):
+    def __init__(self, config: Glm5NextTextConfig, vision: bool = False):
         super().__init__()
         self.config = config
-        self.model = Glm5NextTextModel(config)
+        self.model = Glm5NextTextModel(config, vision)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
@@ -105,9 +108,24 @@ class Glm5NextForCausalLM(nn.Module):
                 layer.self_attn.prefill_form = form
 
     @torch.inference_mode()
-    def forward(self, input_ids: torch.Tensor, state: FlashState | None = None) -> torch.Tensor:
+    def embed_images(self, pixel_values: torch.Tensor, image_grid_thw: torch.Tensor) -> torch.Tensor:
+        """Processor output (patch rows, grid_thw) -> one embedding per image placeholder token."""
+        if not hasattr(self.model, "visual"):
+            raise ValueError("this model was loaded without a vision tower (no model.visual.* tensors)")
+        return self.model.visual(pixel_values.to(self.dtype), image_grid_thw)
+
+    def image_positions(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Image placeholders: image_token_id outside <video start>...<video end> spans."""
+        cfg = self.config
+        in_video = (input_ids == cfg.video_start_token_id).cumsum(-1) > (input_ids == cfg.video_end_token_id).cumsum(-1)
+        return (input_ids == cfg.image_token_id) & ~in_video
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, state: FlashState | None = None,
+                image_embeds: torch.Tensor | None = None) -> torch.Tensor:
         """input_ids [B, T] (new tokens) -> logits [B, T, vocab]; `state` advances by T tokens.
-        Without a state the tokens are a whole prompt starting at position 0."""
+        Without a state the tokens are a whole prompt starting at position 0. image_embeds
+        [n, hidden] (embed_images) replace this chunk's image placeholders, in order."""
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids: shape {tuple(input_ids.shape)}, expected [batch, seq_len]")
         b, t = input_ids.shape
@@ -119,6 +137,11 @@ class Glm5NextForCausalLM(nn.Module):
                              f"{self.config.max_position_embeddings}")
         positions = torch.arange(state.length, state.length + t, device=input_ids.device)
         h = self.model.embed_tokens(input_ids)
+        if image_embeds is not None:
+            where = self.image_positions(input_ids)
+            if int(where.sum()) != image_embeds.shape[0]:
+                raise ValueError(f"image_embeds: {image_embeds.shape[0]} rows for {int(where.sum())} image tokens")
+            h = h.masked_scatter(where.unsqueeze(-1), image_embeds.to(h.dtype))
         streams = h.unsqueeze(2).expand(-1, -1, self.config.hc_mult, -1).contiguous()
         mask = None
         for layer, layer_state in zip(self.model.layers, state.layers):

@@ -6,8 +6,8 @@ its conversion mapping reads back: a `glm5_next` config.json with `text_config` 
 q/k/v_conv1d, `hc_attn_*` / `hc_ffn_*`, forget-gate parameters directly under `self_attn`.
 Weights are O(1)-activation random draws (1/sqrt(fan_in)), with forget-gate parameters in ranges
 that make decays neither ~1 nor ~0. fp8=True stores the large projections as e4m3 with block
-scales. The vision tower's tensors are not written (transformers initializes them; ours skips
-vision): a text-only checkpoint in every other respect.
+scales. A small vision tower (`model.visual.*`, 1 block) is written too, so transformers loads
+every tensor and image prompts run end to end.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,8 @@ def disk_name(ours: str) -> str:
     name = re.sub(r"\.self_attn\.forget_gate\.", ".self_attn.", ours)
     name = re.sub(r"\.attn_hc\.(fn|base|scale)$", r".hc_attn_\1", name)
     name = re.sub(r"\.ffn_hc\.(fn|base|scale)$", r".hc_ffn_\1", name)
+    if name.startswith("model.visual."):
+        return name  # the vision tower's names are the same on disk
     return "model.language_model." + name[len("model."):] if name.startswith("model.") else name
 
 
@@ -76,7 +79,8 @@ def random_flash_tensors(config: Glm5NextTextConfig, seed: int, dtype: torch.dty
     from inference.glm5_next.model import Glm5NextForCausalLM
 
     with torch.device("meta"):
-        shapes = {k: tuple(v.shape) for k, v in Glm5NextForCausalLM(config).state_dict().items()}
+        model = Glm5NextForCausalLM(config, vision=config.vision_config is not None)
+        shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     gen = torch.Generator().manual_seed(seed)
 
     def draw(shape, scale=1.0, base=0.0, to=dtype):
@@ -111,8 +115,8 @@ def random_flash_tensors(config: Glm5NextTextConfig, seed: int, dtype: torch.dty
             out[disk] = draw(shape, 0.1, 1.0)
         elif name.endswith("embed_tokens.weight"):
             out[disk] = draw(shape)
-        else:
-            out[disk] = draw(shape, shape[-1] ** -0.5)
+        else:  # linear and conv weights: 1 / sqrt(fan_in)
+            out[disk] = draw(shape, math.prod(shape[1:]) ** -0.5)
     return out
 
 
@@ -145,11 +149,12 @@ def write_flash_checkpoint(out_dir: str | Path, preset: str = "flash-tiny", seed
         ids = tokenizer["special_tokens"]
         text["pad_token_id"] = ids.get("<|endoftext|>", text["pad_token_id"])
         text["eos_token_id"] = [ids[n] for n in ("<|endoftext|>", "<|user|>", "<|observation|>") if n in ids] or text["eos_token_id"]
-    config = Glm5NextTextConfig.from_dict(text)
+    vision = {**_VISION, "out_hidden_size": text["hidden_size"]}
+    config = Glm5NextTextConfig.from_dict({"model_type": "glm5_next", "text_config": text, "vision_config": vision})
     tensors = random_flash_tensors(config, seed, dtype)
     raw: dict[str, Any] = {
         "architectures": ["Glm5NextForConditionalGeneration"], "model_type": "glm5_next",
-        "text_config": text, "vision_config": {**_VISION, "out_hidden_size": text["hidden_size"]},
+        "text_config": text, "vision_config": vision,
         "tie_word_embeddings": False, "torch_dtype": str(dtype).removeprefix("torch."),
     }  # fmt: skip
     if fp8:

@@ -26,6 +26,8 @@ def randomize_(model: torch.nn.Module, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in list(model.named_parameters()) + list(model.named_buffers()):
+            if "inv_freq" in name:  # the vision RoPE's frequencies are computed, not weights
+                continue
             noise = torch.randn(p.shape, generator=gen)
             if name.endswith("A_log") or name.endswith("dt_bias"):
                 p.copy_(0.5 * noise)
@@ -43,11 +45,16 @@ def randomize_(model: torch.nn.Module, seed: int) -> None:
                 p.copy_(noise / math.sqrt(p.shape[-1]))
 
 
+# Placeholder ids inside the tiny vocabulary (the release's 154854.. would not fit).
+IMAGE_TOKEN, VIDEO_START, VIDEO_END = 90, 91, 92
+
+
 def make_hf_flash(seed: int = 0, **text_overrides):
     from transformers import Glm5NextConfig, Glm5NextForConditionalGeneration
 
     torch.manual_seed(seed)
-    config = Glm5NextConfig(text_config={**TINY_TEXT, **text_overrides}, vision_config=TINY_VISION)
+    config = Glm5NextConfig(text_config={**TINY_TEXT, **text_overrides}, vision_config=TINY_VISION,
+                            image_token_id=IMAGE_TOKEN, video_start_token_id=VIDEO_START, video_end_token_id=VIDEO_END)
     config.text_config._attn_implementation = "eager"
     config._attn_implementation = "eager"
     model = Glm5NextForConditionalGeneration(config).eval()

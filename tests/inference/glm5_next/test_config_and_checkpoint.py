@@ -65,9 +65,14 @@ def test_random_checkpoint_is_the_release_layout_and_transformers_agrees(tmp_pat
     assert "model.language_model.layers.0.hc_attn_fn" in names
     assert "model.language_model.layers.3.mlp.experts.7.up_proj.weight" in names
     assert "model.language_model.layers.3.self_attn.indexer.index_kpool_compress_ape" in names
+    assert "model.visual.patch_embed.proj.weight" in names
     ours = load_flash_model(path)
+    assert hasattr(ours.model, "visual")
     assert ours.config.index_n_heads == 32
-    hf = Glm5NextForConditionalGeneration.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+    hf, info = Glm5NextForConditionalGeneration.from_pretrained(path, dtype=torch.float32, attn_implementation="eager",
+                                                                output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]  # every tensor where transformers wants it
+    hf.eval()
     ids = torch.randint(3, ours.config.vocab_size, (1, 30), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         ref = hf(ids).logits
