@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from inference.forward_batch import ForwardBatch
 from inference.glm5_next.config import Glm5NextTextConfig
 from inference.glm5_next.dsa_attention import DsaAttention, DsaState
 from inference.glm5_next.ffn import ClampedSwiGLU, FlashMoE
 from inference.glm5_next.hyper_connection import HyperConnection
 from inference.glm5_next.kda import KdaState, KimiDeltaAttention
+from inference.glm5_next.paged_cache import FlashPagedCache
 from inference.glm5_next.state_pool import FlashStatePool
 from inference.glm5_next.vision import VisionConfig, VisionTower
 from inference.layers.norm import RMSNorm
@@ -150,38 +152,74 @@ class Glm5NextForCausalLM(nn.Module):
         state.length += t
         return self.lm_head(self.model.norm(streams.mean(dim=2)))
 
+    def _ragged(self, ids: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor, kda_get, kda_put, dsa_view):
+        """Right-padded rows ids [B, T] with `lengths` valid new tokens each, continuing at `starts`
+        -> logits [B, T, vocab]. Padding leaves every state untouched (kda.py) and is never read."""
+        b, t = ids.shape
+        positions = starts.view(b, 1) + torch.arange(t, device=ids.device).view(1, t)
+        streams = self.model.embed_tokens(ids).unsqueeze(2).expand(-1, -1, self.config.hc_mult, -1).contiguous()
+        mask = None
+        for i, layer in enumerate(self.model.layers):
+            if layer.kda:
+                state = kda_get(i)
+                streams, _ = layer(streams, state, positions, None, lengths)
+                kda_put(i, state)
+            else:
+                streams, mask = layer(streams, dsa_view(i), positions, mask, lengths)
+        return self.lm_head(self.model.norm(streams.mean(dim=2)))
+
     @torch.inference_mode()
     def forward_slots(self, seqs: list[tuple[int, list[int]]], pool: FlashStatePool) -> list[torch.Tensor]:
         """A ragged batch: (slot, new tokens) per sequence, each continuing from its slot's length.
-        Rows are right-padded to the longest; padding leaves every state untouched (kda.py) and
-        its rows are dropped. -> logits [n_new, vocab] per sequence."""
+        -> logits [n_new, vocab] per sequence."""
         if not seqs:
             return []
-        dev = self.device
-        b, t = len(seqs), max(len(toks) for _, toks in seqs)
         if any(not toks for _, toks in seqs):
             raise ValueError("forward_slots: every sequence needs at least one new token")
+        dev = self.device
         slots = torch.tensor([s for s, _ in seqs], device=dev)
         lengths = torch.tensor([len(toks) for _, toks in seqs], device=dev)
         starts = pool.lengths[slots].clone()
         if int((starts + lengths).max()) > pool.max_len:
             raise ValueError(f"forward_slots: a sequence would exceed the pool's max_len={pool.max_len}")
-        ids = torch.zeros(b, t, dtype=torch.long, device=dev)
+        ids = torch.zeros(len(seqs), int(lengths.max()), dtype=torch.long, device=dev)
         for row, (_, toks) in enumerate(seqs):
             ids[row, : len(toks)] = torch.tensor(toks, device=dev)
-        positions = starts.view(b, 1) + torch.arange(t, device=dev).view(1, t)
-        streams = self.model.embed_tokens(ids).unsqueeze(2).expand(-1, -1, self.config.hc_mult, -1).contiguous()
-        mask = None
-        for i, layer in enumerate(self.model.layers):
-            if layer.kda:
-                state = pool.kda_view(i, slots)
-                streams, _ = layer(streams, state, positions, None, lengths)
-                pool.kda_write(i, slots, state)
-            else:
-                streams, mask = layer(streams, pool.dsa_view(i, slots, starts, lengths), positions, mask, lengths)
+        logits = self._ragged(ids, lengths, starts, lambda i: pool.kda_view(i, slots),
+                              lambda i, st: pool.kda_write(i, slots, st), lambda i: pool.dsa_view(i, slots, starts, lengths))
         pool.lengths[slots] = starts + lengths
-        logits = self.lm_head(self.model.norm(streams.mean(dim=2)))
         return [logits[row, : len(toks)] for row, (_, toks) in enumerate(seqs)]
+
+    @torch.inference_mode()
+    def forward_batch(self, batch: ForwardBatch, cache: FlashPagedCache, slots: list[int]) -> torch.Tensor:
+        """The engine's call: a flat ForwardBatch (tokens of many sequences, DSA rows through its
+        block tables) with one KDA state slot per sequence -> logits [len(logits_indices), vocab].
+        Each slot must hold the state after exactly seq_len - q_len tokens of its sequence."""
+        qsl = batch.query_start_loc
+        lengths = qsl[1:] - qsl[:-1]
+        starts = batch.seq_lens - lengths
+        if len(slots) != batch.num_seqs:
+            raise ValueError(f"slots: {len(slots)} given for {batch.num_seqs} sequences")
+        stale = [(s, cache.slot_lengths[s], int(p)) for s, p in zip(slots, starts.tolist()) if cache.slot_lengths[s] != p]
+        if stale:
+            s, have, want = stale[0]
+            raise ValueError(f"slot {s}: its KDA state is at {have} tokens but the batch continues at {want}")
+        b, t = batch.num_seqs, int(lengths.max())
+        seq_of = torch.repeat_interleave(torch.arange(b, device=qsl.device), lengths)
+        col = torch.arange(batch.num_tokens, device=qsl.device) - qsl[seq_of]
+        ids = torch.zeros(b, t, dtype=torch.long, device=qsl.device)
+        ids[seq_of, col] = batch.input_ids
+        slot_t = torch.tensor(slots, device=qsl.device)
+        logits = self._ragged(ids, lengths, starts, lambda i: cache.kda_view(i, slot_t),
+                              lambda i, st: cache.kda_write(i, slot_t, st),
+                              lambda i: cache.dsa_view(i, batch.block_table, starts, lengths))
+        for s, end in zip(slots, batch.seq_lens.tolist()):
+            cache.slot_lengths[s] = end
+        rows = batch.logits_indices
+        return logits[seq_of[rows], col[rows]]
+
+    def new_paged_cache(self, num_pages: int, page_size: int, slots: int) -> FlashPagedCache:
+        return FlashPagedCache(self.config, num_pages, page_size, slots, self.device, self.dtype)
 
     def new_state_pool(self, slots: int, max_len: int) -> FlashStatePool:
         return FlashStatePool(self.config, slots, max_len, self.device, self.dtype)
