@@ -136,13 +136,24 @@ def _info(args: argparse.Namespace) -> int:
     from inference.config import ConfigError
     from inference.loader import CheckpointError
 
+    from inference.glm5_next.describe import describe_flash, is_flash_checkpoint
+
+    flash = is_flash_checkpoint(args.path)
     try:
-        info = describe(args.path)
+        info = describe_flash(args.path) if flash else describe(args.path)
     except (ConfigError, CheckpointError, OSError) as exc:
         print(f"horizon model info: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(info))
+        return 0
+    if flash:
+        print(f"{info['path']}: GLM-5.3-Flash, {info['parameters']:,} parameters ({info['vision_parameters']:,} vision, "
+              f"{info['mtp_parameters']:,} MTP), {info['shards']} shard(s){', FP8 block-quantized' if info['fp8_weights'] else ''}")
+        for key, value in info["config"].items():
+            print(f"  {key:>14}: {value}")
+        print(f"  DSA cache/token: {info['kv_bytes_per_token_bf16']:,} B bf16, {info['kv_bytes_per_token_fp32']:,} B fp32;"
+              f" KDA state/sequence: {info['kda_state_bytes_per_sequence']:,} B (fp32, fixed)")
         return 0
     print(f"{info['path']}: {info['parameters']:,} parameters ({info['mtp_parameters']:,} in the MTP layer), "
           f"{info['shards']} shard(s){', FP8 block-quantized' if info['fp8_weights'] else ''}")  # fmt: skip

@@ -50,3 +50,19 @@ def test_flash_benchmark_quick_reports_ratios(tmp_path):
     assert result["max_abs_logit_diff"] <= 1e-4
     for key in ("prefill_ratio", "decode_ratio", "kda_chunked_vs_recurrent_prefill_ratio"):
         assert result[key] > 0
+
+
+def test_info_reports_cache_per_token_and_state_per_sequence(tmp_path, capsys):
+    out = tmp_path / "flash"
+    assert _cli(["init-random", str(out), "--preset", "flash-tiny"]) == 0
+    capsys.readouterr()
+    assert _cli(["info", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    model = load_flash_model(out)
+    assert info["parameters"] == sum(p.numel() for p in model.parameters())
+    cache = model.new_paged_cache(num_pages=1, page_size=1, slots=1)
+    assert info["kv_bytes_per_token_bf16"] * 2 == cache.kv_bytes_per_token  # loaded in fp32: 4-byte rows
+    assert info["kda_state_bytes_per_sequence"] == cache.state_bytes_per_sequence
+    assert info["vision_parameters"] > 0
+    assert _cli(["info", str(out)]) == 0
+    assert "KDA state/sequence" in capsys.readouterr().out
