@@ -19,8 +19,9 @@ from typing import Any
 
 from inference.config import ConfigError, _eos, _typed
 
-# Fields with no effect on inference outputs (training / init / HF plumbing): accepted, unused.
-_INFERENCE_NEUTRAL = {"initializer_range", "router_aux_loss_coef", "attention_dropout", "use_cache"}
+# transformers' fields with no effect on inference outputs (training / init / HF plumbing), accepted
+# and unused; head_dim is derived (transformers overwrites it with qk_rope_head_dim, i.e. 0).
+INFERENCE_NEUTRAL = frozenset({"initializer_range", "router_aux_loss_coef", "attention_dropout", "use_cache", "head_dim"})
 
 
 @dataclass(frozen=True)

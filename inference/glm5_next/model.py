@@ -10,7 +10,7 @@ name (loader.py applies the on-disk renames).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -34,7 +34,6 @@ class FlashState:
     layers: list[KdaState | DsaState]
     length: int = 0  # tokens already processed (the same for every sequence of the batch)
     batch: int = 1
-    extra: dict = field(default_factory=dict)
 
     @classmethod
     def new(cls, config: Glm5NextTextConfig, batch: int, device, dtype) -> FlashState:

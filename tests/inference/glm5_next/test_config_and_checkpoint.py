@@ -29,6 +29,17 @@ def test_defaults_match_transformers():
         assert getattr(ours, name) == getattr(hf, name), name
 
 
+def test_every_transformers_field_is_modelled_or_declared_neutral():
+    from dataclasses import fields
+
+    from transformers import Glm5NextTextConfig as HFConfig
+
+    from inference.glm5_next.config import INFERENCE_NEUTRAL
+
+    ours = {f.name for f in fields(Glm5NextTextConfig)}
+    assert set(HFConfig.__annotations__) - ours - INFERENCE_NEUTRAL == set()
+
+
 def test_multimodal_config_and_linear_attn_alias():
     raw = {"model_type": "glm5_next", "vision_config": {"depth": 2},
            "text_config": {"model_type": "glm5_next_text", "num_hidden_layers": 4,
