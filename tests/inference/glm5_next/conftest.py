@@ -21,10 +21,11 @@ def hf_flash(tmp_path):
     return make
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(autouse=True, scope="module")
 def one_torch_thread():
     """These tiny models are overhead-bound: on a shared CPU, a second intra-op thread only adds
-    contention (measured 20x slower forwards under load). Restored afterwards."""
+    contention (measured 20x slower forwards under load). Module scope: it also covers the
+    module-scoped model fixtures. Restored afterwards."""
     import torch
 
     before = torch.get_num_threads()
