@@ -58,6 +58,8 @@ class DsaAttention(nn.Module):
         self.kv_b_proj = nn.Linear(config.kv_lora_rank, self.num_heads * (self.nope + self.v_dim), bias=False)
         self.o_proj = nn.Linear(self.num_heads * self.v_dim, h, bias=bias)
         self.indexer = KPoolIndexer(config) if full_indexer else None
+        # Chunks of at most this many new tokens (decode) use the absorbed form; 0 = never.
+        self.absorb_max_tokens = 1
 
     def forward(self, x: torch.Tensor, state, positions: torch.Tensor, shared_mask: torch.Tensor | None = None,
                 lengths: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,11 +78,29 @@ class DsaAttention(nn.Module):
             raise ValueError("a shared DSA layer needs the selection of the full layer before it")
         else:
             mask = shared_mask
-        n = latent.shape[1]
-        kv = self.kv_b_proj(latent).view(b, n, self.num_heads, self.nope + self.v_dim).transpose(1, 2)
-        k, v = kv.split([self.nope, self.v_dim], dim=-1)
-        scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale  # [B, H, T, L]
-        scores = scores.masked_fill(~mask.unsqueeze(1), torch.finfo(scores.dtype).min)
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-        out = torch.matmul(probs, v).transpose(1, 2).reshape(b, t, -1)
+        if t <= self.absorb_max_tokens:
+            out = self._absorbed(q, latent, mask)
+        else:
+            n = latent.shape[1]
+            kv = self.kv_b_proj(latent).view(b, n, self.num_heads, self.nope + self.v_dim).transpose(1, 2)
+            k, v = kv.split([self.nope, self.v_dim], dim=-1)
+            scores = torch.matmul(q, k.transpose(-1, -2)) * self.scale  # [B, H, T, L]
+            out = torch.matmul(self._probs(scores, mask, q.dtype), v).transpose(1, 2).reshape(b, t, -1)
         return self.o_proj(out), mask
+
+    @staticmethod
+    def _probs(scores: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        scores = scores.masked_fill(~mask.unsqueeze(1), torch.finfo(scores.dtype).min)
+        return torch.softmax(scores, dim=-1, dtype=torch.float32).to(dtype)
+
+    def _absorbed(self, q: torch.Tensor, latent: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Weight-absorbed MLA (decode): fold kv_b's key rows into the query and its value rows
+        after the attention, so a step costs O(L x kv_lora_rank) per head instead of expanding
+        all L cached latents through kv_b. Same math as the expanded form."""
+        b, h, t, _ = q.shape
+        w = self.kv_b_proj.weight.view(h, self.nope + self.v_dim, -1)
+        w_k, w_v = w[:, : self.nope], w[:, self.nope :]
+        q_latent = torch.einsum("bhtn,hnr->bhtr", q, w_k)
+        scores = torch.matmul(q_latent, latent.unsqueeze(1).transpose(-1, -2)) * self.scale
+        ctx = torch.matmul(self._probs(scores, mask, q.dtype), latent.unsqueeze(1))  # [B, H, T, R]
+        return torch.einsum("bhtr,hvr->bthv", ctx, w_v).reshape(b, t, -1)

@@ -88,3 +88,19 @@ def test_state_is_constant_size(flash_tiny):
     cfg = flash_tiny.config
     assert all(s.recurrent.shape == (1, cfg.linear_num_heads, cfg.linear_head_dim, cfg.linear_head_dim) for s in kda)
     assert all(s.conv.shape == (1, 3 * cfg.linear_dim, cfg.linear_conv_kernel_dim - 1) for s in kda)
+
+
+def test_absorbed_decode_equals_expanded(flash_tiny):
+    """DSA decode steps run weight-absorbed MLA; forcing the expanded form gives the same logits."""
+    ids = _prompt(25, flash_tiny.config.vocab_size)
+    dsa = [layer.self_attn for layer in flash_tiny.model.layers if not layer.kda]
+    outs = []
+    for absorb in (1, 0):
+        for attn in dsa:
+            attn.absorb_max_tokens = absorb
+        state = flash_tiny.new_state(2)
+        flash_tiny(ids[:, :20], state)
+        outs.append(torch.cat([flash_tiny(ids[:, i : i + 1], state) for i in range(20, 25)], dim=1))
+    for attn in dsa:
+        attn.absorb_max_tokens = 1
+    assert (outs[0] - outs[1]).abs().max().item() <= 1e-5
