@@ -15,6 +15,7 @@ through torch.compile, inference/decode_compiler.py; what `EngineConfig(compile_
 
     python benchmarks/model_forward.py            # tiny and small presets
     python benchmarks/model_forward.py --quick    # tiny only, short prompt (used by a test)
+    python benchmarks/model_forward.py --model flash-tiny   # GLM-5.3-Flash: benchmarks/flash_forward.py
 """
 
 from __future__ import annotations
@@ -211,6 +212,11 @@ def run(preset: str, prompt_len: int, decode_steps: int, reps: int, workdir: Pat
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a.startswith("--model") for a in argv):  # GLM-5.3-Flash is its own model family and benchmark
+        from benchmarks.flash_forward import main as flash_main
+
+        return flash_main(argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny preset, short prompt, few repetitions")
     parser.add_argument("--json", type=Path, help="also write the results to this file")

@@ -14,7 +14,8 @@ def register(subparsers) -> None:
 
     init = sub.add_parser("init-random", help="write a random GLM-5.x checkpoint in the real on-disk format")
     init.add_argument("out", type=Path, help="output directory")
-    init.add_argument("--preset", choices=["tiny", "small"], default="tiny")
+    init.add_argument("--preset", choices=["tiny", "small", "flash-tiny", "flash-small"], default="tiny",
+                      help="tiny/small: GLM-5.x (glm_moe_dsa); flash-*: GLM-5.3-Flash (glm5_next)")
     init.add_argument("--seed", type=int, default=0)
     init.add_argument("--fp8", action="store_true", help="FP8 e4m3 weights with 128x128 weight_scale_inv blocks")
     init.add_argument("--fp8-block", default="128,128", metavar="ROWS,COLS",
@@ -78,15 +79,25 @@ def _init_random(args: argparse.Namespace) -> int:
             fp8_block = tuple(int(v) for v in args.fp8_block.split(","))
         except ValueError:
             raise ValueError(f"--fp8-block {args.fp8_block!r}: expected ROWS,COLS (two ints)") from None
-        check_args(args.preset, overrides, args.shards)
+        flash = args.preset.startswith("flash-")
+        if flash:
+            from inference.glm5_next.random_checkpoint import check_flash_args, write_flash_checkpoint
+
+            check_flash_args(args.preset, overrides, args.shards)
+        else:
+            check_args(args.preset, overrides, args.shards)
         if args.out.exists() and not args.out.is_dir():
             raise ValueError(f"{args.out}: exists and is not a directory")
         if args.out.is_dir() and any(args.out.iterdir()):
             if not args.force:
                 raise ValueError(f"{args.out}: directory is not empty (pass --force to replace the checkpoint in it)")
             clear_checkpoint_files(args.out)
-        write_random_checkpoint(args.out, args.preset, args.seed, overrides, fp8=args.fp8, shards=args.shards,
-                                fp8_block=fp8_block)
+        if flash:
+            write_flash_checkpoint(args.out, args.preset, args.seed, overrides, fp8=args.fp8, shards=args.shards,
+                                   fp8_block=fp8_block)
+        else:
+            write_random_checkpoint(args.out, args.preset, args.seed, overrides, fp8=args.fp8, shards=args.shards,
+                                    fp8_block=fp8_block)
     except (ValueError, ConfigError) as exc:
         print(f"horizon model init-random: {exc}", file=sys.stderr)
         return 2
@@ -135,13 +146,24 @@ def _info(args: argparse.Namespace) -> int:
     from inference.config import ConfigError
     from inference.loader import CheckpointError
 
+    from inference.glm5_next.describe import describe_flash, is_flash_checkpoint
+
+    flash = is_flash_checkpoint(args.path)
     try:
-        info = describe(args.path)
+        info = describe_flash(args.path) if flash else describe(args.path)
     except (ConfigError, CheckpointError, OSError) as exc:
         print(f"horizon model info: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps(info))
+        return 0
+    if flash:
+        print(f"{info['path']}: GLM-5.3-Flash, {info['parameters']:,} parameters ({info['vision_parameters']:,} vision, "
+              f"{info['mtp_parameters']:,} MTP), {info['shards']} shard(s){', FP8 block-quantized' if info['fp8_weights'] else ''}")
+        for key, value in info["config"].items():
+            print(f"  {key:>14}: {value}")
+        print(f"  DSA cache/token: {info['kv_bytes_per_token_bf16']:,} B bf16, {info['kv_bytes_per_token_fp32']:,} B fp32;"
+              f" KDA state/sequence: {info['kda_state_bytes_per_sequence']:,} B (fp32, fixed)")
         return 0
     print(f"{info['path']}: {info['parameters']:,} parameters ({info['mtp_parameters']:,} in the MTP layer), "
           f"{info['shards']} shard(s){', FP8 block-quantized' if info['fp8_weights'] else ''}")  # fmt: skip

@@ -53,8 +53,15 @@ class Engine:
             raise
 
     def _build(self, checkpoint_path, config: EngineConfig, detokenize, clock) -> None:
+        from inference.glm5_next.describe import is_flash_checkpoint
         from inference.loader import load_model
         from inference.kv_cache import PagedKVCache, kv_bytes_per_token
+
+        if is_flash_checkpoint(Path(checkpoint_path)):  # GLM-5.3-Flash: its own model, cache and runner
+            from inference.glm5_next.engine_runner import build_flash_parts
+
+            build_flash_parts(self, checkpoint_path, config, clock)
+            return self._build_common(checkpoint_path, config, detokenize)
 
         device = config.device if self.ranks is None else self.ranks.device
         parallel = None if self.ranks is None else self.ranks.state
@@ -96,6 +103,9 @@ class Engine:
         self.max_sequence = min(self.max_position, self.num_device_pages * ps - config.num_speculative_tokens)
         self.drafter = (MtpDrafter(self.runner, config.num_speculative_tokens, self.max_sequence, self.scheduler.grow)
                         if config.num_speculative_tokens > 0 else None)
+        self._build_common(checkpoint_path, config, detokenize)
+
+    def _build_common(self, checkpoint_path, config: EngineConfig, detokenize) -> None:
         start_id, end_id = think_token_ids(Path(checkpoint_path))
         self.think_start_id = config.think_start_id if config.think_start_id is not None else start_id
         self.think_end_id = config.think_end_id if config.think_end_id is not None else end_id

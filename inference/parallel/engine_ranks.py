@@ -26,6 +26,10 @@ def start_ranks(checkpoint: str | Path, config) -> Optional[RankGroup]:
         return None
     if config.compile_decode:
         raise ValueError("compile_decode: not supported with tensor_parallel_size > 1")
+    from inference.glm5_next.describe import is_flash_checkpoint
+
+    if is_flash_checkpoint(Path(checkpoint)):
+        raise ValueError("tensor_parallel_size > 1: not supported for GLM-5.3-Flash (glm5_next) checkpoints yet")
     model_config = ModelConfig.from_pretrained(Path(checkpoint))
     validate_layout(model_config, ParallelState(parallel.world, 0, parallel.ep))
     return RankGroup.launch(str(checkpoint), config.dtype, config.device, config.latent_norm_eps,

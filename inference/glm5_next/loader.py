@@ -1,0 +1,170 @@
+"""Load a GLM-5.3-Flash checkpoint (sharded safetensors, on-disk names) into Glm5NextForCausalLM.
+
+On-disk layout (what the release and transformers' save_pretrained write) and the renames
+transformers' conversion mapping applies on load (docs/glm5-model.md §G):
+- prefix `model.language_model.` (multimodal) or `model.` (flat text-only) -> our `model.`;
+- `self_attn.{f_a_proj,f_b_proj,dt_bias,A_log}` -> `self_attn.forget_gate.*`;
+- `hc_attn_{fn,base,scale}` / `hc_ffn_*` -> `attn_hc.*` / `ffn_hc.*`;
+- `self_attn.{q,k,v}_conv1d.weight` [D, 1, K] concatenated into `self_attn.conv1d.weight`;
+- per-expert `mlp.experts.{e}.{gate,up,down}_proj.weight` packed into gate_up_proj / down_proj;
+- a `.weight` with a `.weight_scale_inv` sibling is FP8 e4m3 with block scales, dequantized with
+  inference/fp8.py's dequantize_blockwise.
+Skipped, and counted in `load_notes`: the MTP layer (`layers.{num_hidden_layers}.*`,
+`shared_head.*`; transformers ignores them too and there is no oracle for it yet), the vision
+tower `model.visual.*` when loaded with vision=False, indexer weights shipped on IndexShare "shared"
+layers. Anything else unexpected, missing or mis-shaped is one CheckpointError naming every tensor.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from inference.fp8 import DEFAULT_BLOCK, dequantize_blockwise
+from inference.glm5_next.config import Glm5NextTextConfig
+from inference.glm5_next.model import Glm5NextForCausalLM
+from inference.loader import CheckpointError, _Shards, checkpoint_files
+
+log = logging.getLogger(__name__)
+
+_RENAMES = [
+    (re.compile(r"\.self_attn\.(f_a_proj|f_b_proj|dt_bias|A_log)"), r".self_attn.forget_gate.\1"),
+    (re.compile(r"\.hc_attn_(fn|base|scale)$"), r".attn_hc.\1"),
+    (re.compile(r"\.hc_ffn_(fn|base|scale)$"), r".ffn_hc.\1"),
+]
+_CONV = re.compile(r"^(model\.layers\.\d+\.self_attn)\.([qkv])_conv1d\.weight$")
+_EXPERT = re.compile(r"^(model\.layers\.\d+\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+_INDEXER = re.compile(r"^model\.layers\.(\d+)\.self_attn\.indexer\.")
+# transformers keeps these in fp32 whatever the load dtype (_keep_in_fp32_modules_strict).
+_FP32 = re.compile(r"(mlp\.gate\.weight|e_score_correction_bias|conv1d\.weight|dt_bias|A_log|_hc\.base|_hc\.scale)$")
+
+
+def our_name(disk: str) -> str:
+    """On-disk tensor name -> our parameter name (model.visual.* stays as it is)."""
+    if disk.startswith("visual."):
+        return "model." + disk
+    name = disk
+    for prefix in ("model.language_model.", "language_model.model.", "language_model."):
+        if name.startswith(prefix):
+            name = "model." + name[len(prefix):]
+            break
+    for pattern, repl in _RENAMES:
+        name = pattern.sub(repl, name)
+    return name
+
+
+def load_flash_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                     weight_format: str = "dequant", vision: bool = True) -> Glm5NextForCausalLM:
+    """vision: build and load the vision tower when the checkpoint has one (model.visual.*);
+    False skips its tensors (text-only serving)."""
+    if weight_format != "dequant":
+        raise ValueError(f"weight_format={weight_format!r}: GLM-5.3-Flash loads FP8 dequantized only ('dequant') so far")
+    path = Path(path)
+    config = Glm5NextTextConfig.from_pretrained(path)
+    shards = _Shards(checkpoint_files(path))
+    block = config.weight_block_size or DEFAULT_BLOCK
+    has_vision = any(n.startswith(("model.visual.", "visual.")) for n in shards.files)
+    vision = vision and has_vision
+    with torch.device("meta"):
+        model = Glm5NextForCausalLM(config, vision=vision)
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    notes: dict[str, int] = defaultdict(int)
+    errors: list[str] = []
+    plain: dict[str, str] = {}
+    convs: dict[str, dict[str, str]] = defaultdict(dict)
+    experts: dict[str, dict[tuple[int, str], str]] = defaultdict(dict)
+    mtp = f"model.layers.{config.num_hidden_layers}."
+    for disk in sorted(shards.files):
+        if disk.endswith("_scale_inv"):
+            if disk.removesuffix("_scale_inv") not in shards.files:
+                errors.append(f"{disk}: unexpected (no matching weight)")
+            continue
+        name = our_name(disk)
+        if name.startswith("model.visual.") and not vision:
+            notes["vision tensors skipped (vision=False)"] += 1
+            continue
+        if name.startswith(mtp) or ".shared_head." in name:
+            notes["MTP tensors skipped (transformers ignores them too)"] += 1
+            continue
+        if m := _CONV.match(name):
+            convs[f"{m.group(1)}.conv1d.weight"][m.group(2)] = disk
+            continue
+        if m := _EXPERT.match(name):
+            experts[m.group(1)][(int(m.group(2)), m.group(3))] = disk
+            continue
+        if name not in expected:
+            m = _INDEXER.match(name)
+            if m and not config.is_kda(int(m.group(1))) and not config.is_full_indexer(int(m.group(1))):
+                notes["indexer tensors of IndexShare 'shared' layers skipped"] += 1
+                continue
+            errors.append(f"{disk}: unexpected tensor {list(shards.shape(disk))}")
+            continue
+        if shards.shape(disk) != expected[name]:
+            errors.append(f"{disk}: checkpoint shape {list(shards.shape(disk))} != model shape {list(expected[name])}")
+        plain[name] = disk
+    for param in expected:
+        covered = param in plain or param in convs or param.rsplit(".", 1)[0] in experts
+        if not covered and not (param == "lm_head.weight" and config.tie_word_embeddings):
+            errors.append(f"{param}: missing")
+    for param, parts in convs.items():
+        if sorted(parts) != ["k", "q", "v"]:
+            errors.append(f"{param}: needs q_conv1d, k_conv1d and v_conv1d, found {sorted(parts)}")
+    for prefix, parts in experts.items():
+        for e in range(config.n_routed_experts):
+            for kind in ("gate_proj", "up_proj", "down_proj"):
+                if (e, kind) not in parts:
+                    errors.append(f"{prefix}.{e}.{kind}.weight: missing")
+        extra = sorted({e for e, _ in parts if e >= config.n_routed_experts})
+        if extra:
+            errors.append(f"{prefix}: experts {extra} >= n_routed_experts={config.n_routed_experts}")
+    if errors:
+        raise CheckpointError(f"checkpoint {path} does not match its config:\n  " + "\n  ".join(errors))
+
+    def read(disk: str, target: torch.dtype) -> torch.Tensor:
+        t = shards.get(disk)
+        scale = disk + "_scale_inv"
+        if scale in shards.files:
+            try:
+                return dequantize_blockwise(t, shards.get(scale), block, target).to(device)
+            except ValueError as exc:
+                raise CheckpointError(f"{scale}: {exc}") from None
+        if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+            raise CheckpointError(f"{disk}: stored as {t.dtype} but {scale} is missing")
+        return t.to(device=device, dtype=target)
+
+    def target(param: str) -> torch.dtype:
+        return torch.float32 if _FP32.search(param) else dtype
+
+    state: dict[str, torch.Tensor] = {p: read(d, target(p)) for p, d in plain.items()}
+    for param, parts in convs.items():
+        state[param] = torch.cat([read(parts[c], target(param)) for c in "qkv"], dim=0)
+        if tuple(state[param].shape) != expected[param]:
+            raise CheckpointError(f"{param}: concatenated conv shape {list(state[param].shape)} != {list(expected[param])}")
+    for prefix, parts in experts.items():
+        gate_up = torch.empty(expected[f"{prefix}.gate_up_proj"], dtype=dtype, device=device)
+        down = torch.empty(expected[f"{prefix}.down_proj"], dtype=dtype, device=device)
+        inter = down.shape[2]
+        for e in range(config.n_routed_experts):
+            for kind, rows in (("gate_proj", slice(0, inter)), ("up_proj", slice(inter, 2 * inter))):
+                w = read(parts[(e, kind)], dtype)
+                if tuple(w.shape) != (inter, gate_up.shape[2]):
+                    raise CheckpointError(f"{parts[(e, kind)]}: shape {list(w.shape)} != {[inter, gate_up.shape[2]]}")
+                gate_up[e, rows] = w
+            w = read(parts[(e, "down_proj")], dtype)
+            if tuple(w.shape) != tuple(down.shape[1:]):
+                raise CheckpointError(f"{parts[(e, 'down_proj')]}: shape {list(w.shape)} != {list(down.shape[1:])}")
+            down[e] = w
+        state[f"{prefix}.gate_up_proj"], state[f"{prefix}.down_proj"] = gate_up, down
+    if config.tie_word_embeddings:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    model.load_state_dict(state, strict=True, assign=True)
+    if config.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    model.load_notes = dict(notes)
+    for note, count in notes.items():
+        log.info("%s: %d %s", path, count, note)
+    return model.eval()

@@ -1,0 +1,68 @@
+"""`horizon model init-random --preset flash-tiny` and `benchmarks/model_forward.py --model flash-tiny --quick`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from inference.cli_model import register
+from inference.glm5_next.loader import load_flash_model
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["model", *argv])
+    return args.func(args)
+
+
+def test_init_random_flash_tiny_fp8(tmp_path, capsys):
+    out = tmp_path / "flash"
+    assert _cli(["init-random", str(out), "--preset", "flash-tiny", "--fp8", "--set", "index_kpool=2"]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "glm5_next" and config["text_config"]["index_kpool"] == 2
+    assert config["quantization_config"]["weight_block_size"] == [128, 128]
+    model = load_flash_model(out)
+    assert model.config.index_n_heads == 32
+    assert model(torch.tensor([[3, 4, 5, 6, 7]])).isfinite().all()
+
+
+def test_init_random_flash_refuses_bad_and_unknown_fields(tmp_path, capsys):
+    assert _cli(["init-random", str(tmp_path / "a"), "--preset", "flash-tiny", "--set", "hc_mul=2"]) == 2
+    assert "did you mean 'hc_mult'" in capsys.readouterr().err
+    assert _cli(["init-random", str(tmp_path / "b"), "--preset", "flash-tiny", "--set", "qk_rope_head_dim=8"]) == 2
+    assert "qk_rope_head_dim=8" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_flash_benchmark_quick_reports_ratios(tmp_path):
+    out = tmp_path / "bench.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "model_forward.py"), "--model", "flash-tiny", "--quick",
+                    "--json", str(out)], check=True, timeout=300, cwd=ROOT, capture_output=True)  # fmt: skip
+    (result,) = json.loads(out.read_text())
+    assert result["max_abs_logit_diff"] <= 1e-4
+    for key in ("prefill_ratio", "decode_ratio", "kda_chunked_vs_recurrent_prefill_ratio"):
+        assert result[key] > 0
+
+
+def test_info_reports_cache_per_token_and_state_per_sequence(tmp_path, capsys):
+    out = tmp_path / "flash"
+    assert _cli(["init-random", str(out), "--preset", "flash-tiny"]) == 0
+    capsys.readouterr()
+    assert _cli(["info", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    model = load_flash_model(out)
+    assert info["parameters"] == sum(p.numel() for p in model.parameters())
+    cache = model.new_paged_cache(num_pages=1, page_size=1, slots=1)
+    assert info["kv_bytes_per_token_bf16"] * 2 == cache.kv_bytes_per_token  # loaded in fp32: 4-byte rows
+    assert info["kda_state_bytes_per_sequence"] == cache.state_bytes_per_sequence
+    assert info["vision_parameters"] > 0
+    assert _cli(["info", str(out)]) == 0
+    assert "KDA state/sequence" in capsys.readouterr().out
