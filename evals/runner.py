@@ -215,12 +215,14 @@ def finish(out: Path, agent: str) -> Summary:
 
 
 def swebench_config(config: EvalConfig):
-    """[swebench], with run-wide image settings applied where the config has them (a top-level
-    `offline_substitute`, `pull`), so one switch governs every format."""
+    """[swebench], with the run-wide image settings applied where they were given (`--pull`,
+    `--offline-substitute`, the same keys at the config's top level, or the substitute's env
+    switch), so one switch governs every format; a default leaves [swebench]'s own setting."""
     update = {}
-    if getattr(config, "offline_substitute", False):
-        update["offline_substitute"] = True
-    if getattr(config, "pull", None) in ("always", "missing", "never"):
+    given = config.model_fields_set
+    if "offline_substitute" in given or config.offline_substitute:
+        update["offline_substitute"] = config.offline_substitute
+    if "pull" in given:
         update["pull"] = config.pull
     return config.swebench.model_copy(update=update) if update else config.swebench
 

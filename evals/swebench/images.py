@@ -137,23 +137,25 @@ def ensure_instance_image(client, spec: TestSpec, source: RepoSource, config: Sw
     """The tag to run `spec`'s instance in, and notes for the result (pull fallback, substitution)."""
     deadline = time.monotonic() + timeout
     notes: list[str] = []
+    published = published_image(spec, config.namespace)
+    if config.pull == "always":  # the published image or nothing (no build, no substitute)
+        try:
+            pull(client, published)
+            return published, [f"pulled {published}"]
+        except Exception as exc:
+            raise ImageUnavailable(f"pull always: cannot pull {published}: {_pull_error(exc)}") from exc
     if config.offline_substitute:
         notes.append(NOT_COMPARABLE.format(base=config.substitute_base))
     else:
-        published = published_image(spec, config.namespace)
-        if config.pull != "always":
-            for name in (published, spec.instance_image_key):
-                if _present(client, name):
-                    return name, notes
+        for name in (published, spec.instance_image_key):
+            if _present(client, name):
+                return name, notes
         if config.pull != "never":
             try:
                 pull(client, published)
                 return published, notes + [f"pulled {published}"]
             except Exception as exc:
-                reason = _pull_error(exc)
-                if config.pull == "always":
-                    raise ImageUnavailable(f"pull always: cannot pull {published}: {reason}") from exc
-                notes.append(f"could not pull {published} ({reason}); building it from swebench's image specs")
+                notes.append(f"could not pull {published} ({_pull_error(exc)}); building it from swebench's image specs")
     chain = _Chain(client, spec, source, config, deadline)
     try:
         chain.base()

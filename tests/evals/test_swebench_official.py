@@ -155,7 +155,9 @@ def test_pulls_are_tried_and_a_missing_registry_is_a_clear_error(eval_docker, in
     assert (r.status, r.error_class) == ("error", "image_unavailable")
     assert "cannot pull swebench/sweb.eval.x86_64.django_1776_django-1:latest" in r.error
 
-    [r] = _run(instances, tmp_path / "missing", "nop", EvalConfig(), filters=["django__django-1"]).values()
+    # (The test session turns the offline substitute on for every run: this one says no.)
+    no_substitute = EvalConfig(offline_substitute=False)
+    [r] = _run(instances, tmp_path / "missing", "nop", no_substitute, filters=["django__django-1"]).values()
     assert (r.status, r.error_class) == ("error", "image_unavailable")
     assert "could not pull swebench/sweb.eval.x86_64.django_1776_django-1:latest" in r.error
     assert "ubuntu:22.04" in r.error and "offline_substitute" in r.error
