@@ -9,6 +9,7 @@ from typing import Callable
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.message import Message as TextualMessage
 from textual.widgets import Static
 
@@ -128,7 +129,11 @@ class ChatApp(App):
 
     async def on_agent_post(self, message: AgentPost) -> None:
         payload = message.payload
-        if not self.conversation.is_attached:
+        try:
+            attached = self.conversation.is_attached
+        except NoMatches:  # later still in the shutdown: the view is already removed from the screen
+            attached = False
+        if not attached:
             # Quitting: exit() ran while the stopped worker's last events (an interrupted command's
             # failed output, the finish) were still queued. They are already in the session file;
             # mounting them into the closing app raises MountError.
