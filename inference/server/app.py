@@ -75,8 +75,10 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict:
+        modalities = ["text", "image"] if image_inputs(state) is not None else ["text"]
         return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": 0,
-                                            "owned_by": "horizon", "max_model_len": state.max_context}]}
+                                            "owned_by": "horizon", "max_model_len": state.max_context,
+                                            "input_modalities": modalities}]}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request,
