@@ -55,11 +55,13 @@ def flash_ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def flash_server(flash_ckpt):
-    from inference.engine.engine_config import EngineConfig
+    from inference.engine_defaults import default_engine_config
     from inference.server.runner import BackgroundServer, build_state
 
-    config = EngineConfig(dtype="float32", kv_budget_tokens=4096, page_size=16, max_running=8,
-                          max_image_bytes=MAX_IMAGE_BYTES)
+    # horizon serve's own defaults (a KV budget from the Flash config), as `horizon serve --model` builds them
+    config = default_engine_config(flash_ckpt, dtype="float32", page_size=16, max_running=8,
+                                   max_image_bytes=MAX_IMAGE_BYTES)
+    assert config.kv_budget_tokens == 65536  # flash-tiny's whole context
     state = build_state(flash_ckpt, config, served_model_name=MODEL)
     assert state.defaults.variant == "glm-5.3-flash"  # chosen from the checkpoint's chat_template.jinja
     with BackgroundServer(state) as server:
@@ -220,3 +222,10 @@ def test_text_only_checkpoint_refuses_images_by_name(live_server):
         {"role": "user", "content": [{"type": "text", "text": "hello"}]}]}, timeout=60)
     assert ok.status_code == 200
     assert httpx.get(f"{base}/models", timeout=30).json()["data"][0]["input_modalities"] == ["text"]
+
+
+def test_serve_refuses_a_bad_image_limit_naming_it(flash_ckpt, capsys):
+    from agent.cli.main import main
+
+    assert main(["serve", "--model", str(flash_ckpt), "--max-image-bytes", "0"]) == 2
+    assert "max_image_bytes" in capsys.readouterr().err
