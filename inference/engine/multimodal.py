@@ -105,11 +105,11 @@ def check_images(prompt_ids: list[int], images: list[PromptImage], image_token_i
             raise ValueError(f"{where}: grid_thw {image.grid_thw.tolist()} makes {want} image tokens, "
                              f"but num_tokens={image.num_tokens}")
         span = prompt_ids[image.offset:image.end]
-        if any(t != image_token_id for t in span):
+        if span.count(image_token_id) != len(span):
             raise ValueError(f"{where}: prompt_ids[{image.offset}:{image.end}] are not all the image token "
                              f"{image_token_id}")
         previous_end = image.end
-    expected = sum(1 for t in prompt_ids if t == image_token_id)
+    expected = prompt_ids.count(image_token_id)
     if expected != sum(image.num_tokens for image in images):
         raise ValueError(f"images: the prompt has {expected} image tokens but the images cover "
                          f"{sum(image.num_tokens for image in images)}")

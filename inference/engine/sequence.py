@@ -32,7 +32,8 @@ class Sequence:
         self.tokens = list(prompt_ids)
         self.prompt_len = len(prompt_ids)
         self.images = tuple(images)
-        self._prompt_key = cache_key_tokens(self.tokens, list(self.images)) if self.images else None
+        # The cache key; it grows with `tokens` (which only ever grow), lazily in cache_tokens.
+        self._key = cache_key_tokens(self.tokens, list(self.images)) if self.images else None
         self.image_embeds: Any = None  # the images' rows, set by a vision runner while the prompt prefills
         self.params = params
         self.session_id = session_id
@@ -64,9 +65,11 @@ class Sequence:
     def cache_tokens(self) -> list[int]:
         """What the prefix cache keys this sequence by: its tokens, with image spans replaced by
         their content-hash values (multimodal.py)."""
-        if self._prompt_key is None:
+        if self._key is None:
             return self.tokens
-        return self._prompt_key + self.tokens[self.prompt_len:]
+        if len(self._key) < len(self.tokens):
+            self._key.extend(self.tokens[len(self._key):])
+        return self._key
 
     @property
     def num_prompt_tokens(self) -> int:
