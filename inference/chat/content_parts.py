@@ -73,7 +73,11 @@ def with_placeholders(text: str, images: list[ImagePart] | None) -> str:
     return "".join(out) + text[prev:]
 
 
-def wire_parts(text: str, images: list[ImagePart], image_item=lambda p: {"type": "image_url", "image_url": {"url": p.url}}) -> list[dict]:
+def openai_image(part: ImagePart) -> dict:
+    return {"type": "image_url", "image_url": {"url": part.url}}
+
+
+def wire_parts(text: str, images: list[ImagePart], image_item=openai_image) -> list[dict]:
     """Text + images -> a content list in their order (OpenAI parts by default)."""
     out, prev = [], 0
     for image in images:

@@ -74,10 +74,9 @@ def load_image(part: dict | str, where: str, limits: ImageLimits = ImageLimits()
     """An OpenAI content part {"type": "image_url", "image_url": {"url": ...}} (or its URL) -> PIL RGB image."""
     from PIL import Image, UnidentifiedImageError
 
-    if isinstance(part, str):
-        url = part
-    else:
-        url = (part.get("image_url") or {}).get("url") if isinstance(part.get("image_url"), dict) else part.get("image_url")
+    url = part if isinstance(part, str) else part.get("image_url")
+    if isinstance(url, dict):
+        url = url.get("url")
     if not isinstance(url, str) or not url:
         raise ImageInputError(f"{where}: image_url.url missing (expected a data: URL)")
     if url.startswith("data:"):

@@ -150,3 +150,25 @@ def _prompt_images(backend, messages):
     conv = Conversation(backend.tokenizer, ChatTemplate(backend.variant), [], messages, images=backend.images)
     conv.prompt_ids()
     return conv.prompt_images()
+
+
+def test_compaction_counts_images_and_elides_old_screenshots():
+    """An image weighs like ~1,500 tokens in the context estimate, and eliding drops old tool images
+    (their text stays) while the first and recent turns keep theirs."""
+    from agent.config import ContextConfig
+    from agent.context import ELIDED_PREFIX, IMAGE_CHARS, ContextManager, message_chars
+    from inference.chat.messages import ToolCall
+
+    part = image_part(_png_bytes(), "shot.png")[0]
+    shot = lambda i: Message.tool(f"shot {i}: PNG image", tool_call_id=f"c{i}", images=[part])  # noqa: E731
+    assert message_chars(shot(0)) == message_chars(Message.tool("shot 0: PNG image", tool_call_id="c0")) + IMAGE_CHARS
+    messages = [Message.system("s"), Message.user("watch the screen")]
+    for i in range(12):
+        messages += [Message.assistant("", tool_calls=[ToolCall(id=f"c{i}", name="view", arguments={"path": "s.png"})]),
+                     shot(i)]
+    manager = ContextManager(ContextConfig(context_window=8192, keep_first_turns=1, keep_recent_turns=2, summarize=False))
+    done = manager.maybe_compact(messages, 0, None)
+    tools = [m for m in done.messages if m.role == "tool"]
+    assert tools[0].images and tools[-1].images and tools[-2].images  # first and recent turns untouched
+    middle = tools[1:-2]
+    assert middle and all(m.images is None and m.content.endswith(f"{ELIDED_PREFIX} 1 image(s)]") for m in middle)
