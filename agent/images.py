@@ -20,7 +20,7 @@ from inference.chat.content_parts import ImagePart
 MAX_IMAGE_BYTES = 20 << 20  # the engine's default limit (EngineConfig.max_image_bytes)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp")
 _MAGIC = ((b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF87a", "image/gif"),
-          (b"GIF89a", "image/gif"), (b"BM", "image/bmp"))
+          (b"GIF89a", "image/gif"))
 MENTION = re.compile(r"(?:^|(?<=\s))@([^\s]+)")
 
 
@@ -32,6 +32,8 @@ def image_type(data: bytes) -> str | None:
     """The MIME type of an image file's bytes (by signature), or None when it is not one."""
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "image/webp"
+    if data[:2] == b"BM" and data[6:10] == b"\0\0\0\0":  # reserved header bytes: a text file starting "BM" has none
+        return "image/bmp"
     return next((mime for magic, mime in _MAGIC if data.startswith(magic)), None)
 
 
@@ -46,8 +48,8 @@ def describe(data: bytes, name: str, max_bytes: int = MAX_IMAGE_BYTES) -> str:
         raise ImageFileError(f"{name}: {len(data):,} bytes, over the {max_bytes:,}-byte image limit")
     try:
         with Image.open(io.BytesIO(data)) as image:
+            image.load()  # a truncated or corrupt file fails here, not in the model's request
             size = image.size
-            image.verify()  # a truncated or corrupt file fails here, not in the model's request
     except Exception as exc:  # Pillow raises many types for bad data
         raise ImageFileError(f"{name}: the image does not decode ({type(exc).__name__}: {exc})") from None
     return f"{mime.split('/')[1].upper()} image, {size[0]}x{size[1]}, {len(data):,} bytes"

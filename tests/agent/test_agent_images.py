@@ -172,3 +172,17 @@ def test_compaction_counts_images_and_elides_old_screenshots():
     assert tools[0].images and tools[-1].images and tools[-2].images  # first and recent turns untouched
     middle = tools[1:-2]
     assert middle and all(m.images is None and m.content.endswith(f"{ELIDED_PREFIX} 1 image(s)]") for m in middle)
+
+
+def test_image_types_by_signature_not_by_name():
+    from agent.images import image_type
+
+    assert image_type(_png_bytes()) == "image/png"
+    assert image_type(b"BMI calculator\n") is None  # a text file that starts like a BMP header
+    buf = io.BytesIO()
+    PIL.fromarray(np.zeros((4, 4, 3), dtype=np.uint8)).save(buf, format="BMP")
+    assert image_type(buf.getvalue()) == "image/bmp"
+    jpeg = io.BytesIO()
+    PIL.fromarray(np.zeros((32, 32, 3), dtype=np.uint8)).save(jpeg, format="JPEG")
+    with pytest.raises(ImageFileError, match="cut.jpg: the image does not decode"):
+        image_part(jpeg.getvalue()[:200], "cut.jpg")
