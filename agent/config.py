@@ -95,6 +95,9 @@ class OpenAIConfig(_Strict):
     send_session_id: bool = Field(
         False, description="also send `session_id` in the body (an X-Session-Id header is always sent)"
     )
+    vision: bool | None = Field(
+        None, description="the model sees images (default: what the server's /v1/models says in input_modalities)"
+    )
     extra_body: dict[str, Any] = Field(default_factory=dict)
 
 

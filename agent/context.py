@@ -36,8 +36,12 @@ SUMMARY_INSTRUCTIONS = (
 )
 
 
+# An image's weight in the estimate: a 1280x800 screenshot is ~1,300 GLM-5.3-Flash image tokens.
+IMAGE_CHARS = 6000
+
+
 def message_chars(message: Message) -> int:
-    n = len(message.content or "") + len(message.reasoning_content or "") + 16
+    n = len(message.content or "") + len(message.reasoning_content or "") + 16 + IMAGE_CHARS * len(message.images or [])
     for call in message.tool_calls or []:
         n += len(call.name) + len(json.dumps(call.arguments, ensure_ascii=False)) + 16
     return n
@@ -156,6 +160,9 @@ def _is_summary(message: Message) -> bool:
 
 def _elide(message: Message) -> Message:
     text = message.content or ""
+    if message.role == "tool" and message.images:  # an old screenshot: the text stays, the image goes
+        return message.model_copy(update={"content": f"{text}\n{ELIDED_PREFIX} {len(message.images)} image(s)]",
+                                          "images": None})
     if message.role != "tool" or len(text) < 240 or text.startswith(ELIDED_PREFIX):
         return message
     lines = text.count("\n") + 1

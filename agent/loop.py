@@ -44,6 +44,7 @@ from agent.events import (
 from agent.instructions import build_system_prompt
 from agent.tools.base import ToolResult, run_with_deadline
 from agent.tools.toolset import ToolSet
+from inference.chat.content_parts import ImagePart
 from inference.chat.messages import Message, ToolCall
 
 try:
@@ -102,6 +103,10 @@ class RunResult(BaseModel):
     duration_s: float
 
 
+class NoVision(ValueError):
+    """Images were attached to a task for a model that cannot see them."""
+
+
 class _Stop(Exception):
     def __init__(self, reason: FinishReason, summary: str = ""):
         super().__init__(summary)
@@ -142,10 +147,19 @@ class Agent:
         self._deadline: float | None = None
 
     # -- public -------------------------------------------------------------------------------
-    def run(self, task: str | None = None) -> RunResult:
+    @property
+    def sees_images(self) -> bool:
+        """Image attachments and `view` images reach the model only where the backend says it sees them."""
+        return bool(getattr(self.backend, "supports_images", False))
+
+    def run(self, task: str | None = None, images: list[ImagePart] | None = None) -> RunResult:
         """Run until the model finishes or a limit is hit. With a task on a fresh agent, start a
         conversation; on an agent with history, `task` is a follow-up user message (or None to
-        continue, e.g. after resume)."""
+        continue, e.g. after resume). `images`: image parts of the task (agent/images.py); a backend
+        without vision refuses them (ValueError) before anything runs."""
+        if images and not self.sees_images:
+            raise NoVision(f"{images[0].where or 'images'}: the model cannot see images (its backend has no "
+                           "vision); attach images only with a vision model such as GLM-5.3-Flash")
         self._interrupt.clear()
         started = time.monotonic()
         limit = self.config.time_limit_s
@@ -157,7 +171,7 @@ class Agent:
                 raise ValueError("run() needs a task for a fresh conversation")
             self._append(Message.system(self.system_prompt))
         if task is not None:
-            self._append(Message.user(task))
+            self._append(Message.user(task, images or None))
         try:
             while True:
                 self._check_limits(started, step_base, token_base)
@@ -286,13 +300,20 @@ class Agent:
                 result = ToolResult(output="not run: interrupted by the user", is_error=True)
             else:
                 result = self._note_repeats(call, self._run_tool(call))
-            self._append(Message.tool(result.output, tool_call_id=call.id, name=call.name))
+            self._append(self._tool_message(call, result))
             if result.finish and finished is None:
                 finished = result
         if finished is not None:
             raise _Stop("submitted", finished.summary)
         if self._interrupt.is_set():
             raise _Stop("interrupted", "interrupted by the user")
+
+    def _tool_message(self, call: ToolCall, result: ToolResult) -> Message:
+        """The observation; a tool's images go with it only to a model that can see them."""
+        if result.images and not self.sees_images:
+            note = "\n[the image is not shown: this model cannot see images]"
+            return Message.tool(result.output + note, tool_call_id=call.id, name=call.name)
+        return Message.tool(result.output, tool_call_id=call.id, name=call.name, images=result.images or None)
 
     def _format_error(self, problems: list[str], calls: list[ToolCall]) -> None:
         self._format_errors += 1

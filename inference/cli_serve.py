@@ -33,6 +33,8 @@ def register(subparsers) -> None:
     p.add_argument("--max-running", type=int, default=64, help="requests decoded together")
     p.add_argument("--session-ttl", type=float, default=300.0, help="seconds a session's cache is protected")
     p.add_argument("--speculative-tokens", type=int, default=0, help="MTP draft tokens per step")
+    p.add_argument("--max-image-bytes", type=int, default=None,
+                   help="vision checkpoints: the largest encoded image a request may carry (default 20 MiB)")
     p.add_argument("--max-inflight", type=int, default=256, help="requests admitted before answering 503")
     p.add_argument("--default-max-tokens", type=int, default=4096)
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (processes; one GPU each on CUDA)")
@@ -61,6 +63,7 @@ def _serve(args: argparse.Namespace) -> int:
             host_budget_tokens=args.host_budget_tokens, max_running=args.max_running,
             session_ttl_s=args.session_ttl, num_speculative_tokens=args.speculative_tokens,
             compile_decode=args.compile_decode, parallel=parallel, weight_format=args.weight_format,
+            max_image_bytes=args.max_image_bytes,
         )
     except EngineSettingsError as exc:
         print(f"horizon serve: invalid engine option: {exc}", file=sys.stderr)

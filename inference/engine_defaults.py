@@ -44,18 +44,12 @@ def default_engine_config(checkpoint_path: str | Path, **overrides: Any):
 
 def default_kv_budget_tokens(checkpoint_path: str | Path, config) -> int:
     """Whole pages covering the model's context and drafts, within the token and byte caps."""
-    import torch
-
-    from inference.config import ConfigError, ModelConfig
-    from inference.kv_cache import kv_bytes_per_token
-
     try:
-        model = ModelConfig.from_pretrained(checkpoint_path)
-    except (ConfigError, OSError, ValueError) as exc:
+        max_position, per_token = _context_and_bytes(Path(checkpoint_path), config)
+    except (OSError, ValueError) as exc:  # ConfigError is a ValueError
         raise EngineSettingsError(f"{checkpoint_path}: cannot read the model config: {exc}") from None
-    per_token = kv_bytes_per_token(model, getattr(torch, config.dtype), config.kv_cache_dtype)
     page = config.page_size
-    wanted = -(-(model.max_position_embeddings + config.num_speculative_tokens) // page) * page
+    wanted = -(-(max_position + config.num_speculative_tokens) // page) * page
     capped = min(wanted, DEFAULT_KV_TOKENS_CAP, DEFAULT_KV_BYTES_CAP // per_token)
     return max(page, capped // page * page)
 
@@ -73,3 +67,22 @@ def describe_validation_error(exc) -> str:
         else:
             parts.append(message)
     return "; ".join(parts)
+
+
+def _context_and_bytes(path: Path, config) -> tuple[int, int]:
+    """(max positions, KV cache bytes per token) of a GLM-5.x or GLM-5.3-Flash checkpoint."""
+    import torch
+
+    from inference.glm5_next.describe import is_flash_checkpoint
+
+    if is_flash_checkpoint(path):  # DSA layers only: KDA state is per sequence, not per token
+        from inference.glm5_next.config import Glm5NextTextConfig
+        from inference.glm5_next.describe import kv_bytes_per_token as flash_bytes_per_token
+
+        flash = Glm5NextTextConfig.from_pretrained(path)
+        return flash.max_position_embeddings, flash_bytes_per_token(flash, getattr(torch, config.dtype).itemsize)
+    from inference.config import ModelConfig
+    from inference.kv_cache import kv_bytes_per_token
+
+    model = ModelConfig.from_pretrained(path)
+    return model.max_position_embeddings, kv_bytes_per_token(model, getattr(torch, config.dtype), config.kv_cache_dtype)

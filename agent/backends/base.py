@@ -4,6 +4,8 @@ A backend turns the conversation so far plus the tool specs into the next assist
 Streaming backends report reasoning/content text through `on_delta(kind, text)` as it arrives
 (kind is "reasoning" or "content"). Malformed model output never raises: it comes back as
 `format_errors` (what was wrong, in words the model can act on) next to whatever could be parsed.
+A backend whose model can see images says so with `supports_images = True` (an optional
+attribute; the agent treats a backend without it as text-only and never sends it images).
 """
 
 from __future__ import annotations

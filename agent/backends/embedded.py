@@ -16,6 +16,7 @@ from pathlib import Path
 from agent.backends.base import BackendError, BackendInterrupted, BackendResponse, ContextOverflow, OnDelta, Usage
 from agent.backends.engine_pool import LoadedEngine, load_engine
 from agent.config import EFFORT_ALIASES, EmbeddedConfig
+from inference.chat.content_parts import ImagePartError
 from inference.chat.conversation import Conversation
 from inference.chat.messages import Message, ToolSpec
 from inference.chat.parser import ContentDelta, FormatError, ReasoningDelta, StreamingParser, ToolCallEvent
@@ -34,6 +35,9 @@ class EmbeddedBackend:
         loaded = shared or load_engine(path, self.config.engine)
         self.engine, self.tokenizer = loaded.engine, loaded.tokenizer
         self.variant = self.config.variant or detect_variant(self.tokenizer.chat_template)
+        # The engine's image inputs (a GLM-5.3-Flash checkpoint with its vision tower), else None.
+        self.images = getattr(self.engine, "vision", None)
+        self.supports_images = self.images is not None
         self.stop_ids = list(self.tokenizer.stop_token_ids)
         self.conversation: Conversation | None = None
         self.session_id: str | None = None
@@ -59,8 +63,12 @@ class EmbeddedBackend:
         if tools:
             conv, session = self._session(messages, template, tools)
         else:  # a side request (compaction summary): never disturbs the agent's session
-            conv, session = Conversation(self.tokenizer, template, [], messages), None
-        prompt = conv.prompt_ids()
+            conv, session = Conversation(self.tokenizer, template, [], messages, images=self.images), None
+        try:
+            prompt = conv.prompt_ids()
+        except ImagePartError as exc:  # e.g. over the engine's image limits; the agent checked decoding
+            self.conversation = None
+            raise BackendError(f"the engine refused an image: {exc}") from None
         room = self.engine.max_position - len(prompt)
         if room < 1:
             self.conversation = None  # the pending prompt is abandoned; the next call starts afresh
@@ -75,6 +83,7 @@ class EmbeddedBackend:
         try:
             handle = self.engine.submit(GenerateRequest(
                 prompt_ids=prompt, params=params, session_id=session, reasoning_effort=effort,
+                images=conv.prompt_images(),
             ))
         except EngineError as exc:
             self.conversation = None
@@ -128,7 +137,7 @@ class EmbeddedBackend:
                 and all(m.role != "assistant" for m in messages[len(conv.messages):]):
             conv.add(*messages[len(conv.messages):])
         else:
-            conv = self.conversation = Conversation(self.tokenizer, template, tools, messages)
+            conv = self.conversation = Conversation(self.tokenizer, template, tools, messages, images=self.images)
             self._fingerprint = fingerprint
             self.session_id = uuid.uuid4().hex
         return conv, self.session_id

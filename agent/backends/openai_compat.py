@@ -118,18 +118,38 @@ class OpenAIBackend:
             headers["Authorization"] = f"Bearer {key}"
         self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(self.config.request_timeout_s, connect=10))
         self._model_name = self.config.model_name
+        self._model_list: list[dict[str, Any]] | None = None
+        self._vision: bool | None = None
 
     def model_name(self) -> str:
         if self._model_name is None:
-            response = self._request_with_retries(lambda: self._client.get(f"{self.base_url}/models"))
-            try:
-                models = response.json().get("data") or []
-            except (ValueError, AttributeError):
-                raise BackendError(f"{self.base_url}/models did not answer with a model list") from None
+            models = self._models()
             if not models:
                 raise BackendError(f"{self.base_url}/models lists no models; set openai.model_name")
             self._model_name = models[0]["id"]
         return self._model_name
+
+    @property
+    def supports_images(self) -> bool:
+        """openai.vision when set, else whether the server lists "image" in the model's
+        input_modalities (`horizon serve` does for vision checkpoints; others: set openai.vision)."""
+        if self._vision is None:
+            if self.config.vision is not None:
+                self._vision = self.config.vision
+            else:
+                name = self.model_name()
+                entry = next((m for m in self._models() if m.get("id") == name), {})
+                self._vision = "image" in (entry.get("input_modalities") or [])
+        return self._vision
+
+    def _models(self) -> list[dict[str, Any]]:
+        if self._model_list is None:
+            response = self._request_with_retries(lambda: self._client.get(f"{self.base_url}/models"))
+            try:
+                self._model_list = [m for m in response.json().get("data") or [] if isinstance(m, dict)]
+            except (ValueError, AttributeError):
+                raise BackendError(f"{self.base_url}/models did not answer with a model list") from None
+        return self._model_list
 
     def complete(
         self,

@@ -195,8 +195,10 @@ def execute(plan: RunPlan, *, json_events: bool = False, patch_out: str | None =
     from agent.cli.signals import on_termination
     from agent.events import RunStart, WorkspaceCheckpoint
     from agent.instructions import build_system_prompt, load_project_instructions
-    from agent.loop import Agent
+    from agent.images import ImageFileError, mentioned_images
+    from agent.loop import Agent, NoVision
     from agent.mcp_tools import MCPError
+    from agent.tools.base import ToolContext
     from agent.tools.registry import PluginError, build_toolset
     from agent.trajectory import TrajectoryWriter
     from agent.workspace import SandboxWorkspace, WorkspaceError
@@ -247,13 +249,18 @@ def execute(plan: RunPlan, *, json_events: bool = False, patch_out: str | None =
                 steps_done=state.usage.calls if state else 0,
                 usage=state.usage if state else None,
             )
+            # `@shot.png` in the task: the image goes with it, read from the sandbox's copy of the repo.
+            images = [] if state else mentioned_images(plan.task, ToolContext(sandbox, workdir=workdir).read_bytes)
             with on_termination(_graceful_stop(agent), include_sigint=True):
-                result = agent.run(None if state else plan.task)
+                result = agent.run(None if state else plan.task, images=images)
             patch = workspace.diff()
             writer(WorkspaceCheckpoint(step=result.steps, patch=patch))
     except (BackendError, SandboxError, PluginError, WorkspaceError, MCPError) as exc:
         print(f"horizon run: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except (ImageFileError, NoVision) as exc:  # an attachment the model cannot take: a bad invocation
+        print(f"horizon run: {exc}", file=sys.stderr)
+        return 2
     _write_patch(patch, patch_out)
     if not json_events:
         changed = sum(1 for line in patch.splitlines() if line.startswith("diff --git"))

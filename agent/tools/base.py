@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, get_type_hints
 from pydantic import BaseModel
 
 from agent.config import ToolLimits
+from inference.chat.content_parts import ImagePart
 from inference.chat.messages import ToolSpec
 
 if TYPE_CHECKING:
@@ -51,6 +52,8 @@ class ToolResult(BaseModel):
     # Set by the `finish` tool: the run ends after this call with `summary`.
     finish: bool = False
     summary: str = ""
+    # Images the model sees with `output` (`view` on an image file), when its backend has vision.
+    images: list[ImagePart] = []
 
 
 @dataclass
@@ -64,6 +67,10 @@ class ToolContext:
     def resolve(self, path: str) -> str:
         """Relative paths are relative to the workspace, not to wherever bash has cd'ed."""
         return posixpath.normpath(path if path.startswith("/") else f"{self.workdir.rstrip('/')}/{path}")
+
+    def read_bytes(self, path: str) -> bytes:
+        """A file's bytes, relative paths from the workspace (what the file tools read)."""
+        return self.sandbox.read_file(self.resolve(path))
 
     def shell_path(self, path: str) -> str:
         """A path for a `run_once` command line: relative when inside the workspace, so commands

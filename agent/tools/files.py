@@ -12,6 +12,7 @@ import shlex
 
 from pydantic import BaseModel, Field
 
+from agent.images import ImageFileError, image_part, image_type
 from agent.tools.base import Tool, ToolContext, ToolResult
 
 MAX_LINE_CHARS = 2000
@@ -28,7 +29,10 @@ def _error(text: str) -> ToolResult:
 
 
 def read_text(ctx: ToolContext, path: str) -> str:
-    data = ctx.sandbox.read_file(path)
+    return decode_text(ctx.sandbox.read_file(path), path)
+
+
+def decode_text(data: bytes, path: str) -> str:
     if b"\0" in data[:8192]:
         raise ValueError(f"{path} is a binary file ({len(data)} bytes)")
     try:
@@ -71,7 +75,8 @@ class ViewArgs(BaseModel):
 
 class ViewTool(Tool):
     """Show a file with line numbers (optionally only `view_range`), or list a directory two levels
-    deep. Large files show their first lines; ask for a range to see more."""
+    deep. Large files show their first lines; ask for a range to see more. An image file (PNG, JPEG,
+    GIF, WebP, BMP) is shown as the image itself when you can see images."""
 
     name = "view"
     Args = ViewArgs
@@ -86,8 +91,11 @@ class ViewTool(Tool):
             entries = listing.strip().splitlines()
             more = "\n[... listing cut at 400 entries]" if len(entries) >= 400 else ""
             return ToolResult(output=f"{path}:\n" + "\n".join(e.removeprefix("./") for e in entries) + more)
+        data = self.ctx.sandbox.read_file(path)
+        if image_type(data) is not None:
+            return _view_image(data, path)
         try:
-            text = read_text(self.ctx, path)
+            text = decode_text(data, path)
         except ValueError as exc:
             return _error(str(exc))
         lines = text.splitlines(keepends=True)
@@ -111,6 +119,15 @@ class ViewTool(Tool):
             return ToolResult(output=out + f"\n[{path} has {len(lines)} lines; showing {first}-{shown}. "
                               "Pass view_range to see more.]", truncated=True)
         return ToolResult(output=out)
+
+
+def _view_image(data: bytes, path: str) -> ToolResult:
+    """An image file: its description, and the image itself for a model that can see it."""
+    try:
+        part, text = image_part(data, path)
+    except ImageFileError as exc:
+        return _error(str(exc))
+    return ToolResult(output=f"{path}: {text}", images=[part])
 
 
 class CreateArgs(BaseModel):
@@ -212,8 +229,11 @@ class InsertTool(Tool):
 
     def run(self, args: InsertArgs) -> ToolResult:
         path = self.ctx.resolve(args.path)
+        data = self.ctx.sandbox.read_file(path)
+        if image_type(data) is not None:
+            return _view_image(data, path)
         try:
-            text = read_text(self.ctx, path)
+            text = decode_text(data, path)
         except ValueError as exc:
             return _error(str(exc))
         lines = text.splitlines(keepends=True)

@@ -18,7 +18,8 @@ from agent.instructions import build_system_prompt, load_project_instructions
 from agent.loop import Approval
 from agent.ownership import Owner
 from agent.tui.approval import EDIT_TOOLS, MODES
-from agent.tui.completion import attach, mentioned_files
+from agent.images import ImageFileError, mentioned_images
+from agent.tui.completion import attach, mentioned_files, read_in_repo
 from agent.tui.controller import ApprovalRequest, ChatController, TurnDone
 from agent.tui.session import Notice, SessionStore, UserTurn
 from agent.tui.slash import DEFAULT_EFFORT, SlashHandler
@@ -218,10 +219,19 @@ class ChatApp(App):
             await self.notice("the agent is still working: Esc interrupts it", kind="warning")
             return
         files = mentioned_files(text, self.repo)
+        try:  # @shot.png goes to the model as the image itself
+            images = mentioned_images(text, lambda name: read_in_repo(self.repo, name))
+        except ImageFileError as exc:
+            await self.notice(str(exc), kind="error")
+            return
+        if images and not self.controller.agent.sees_images:
+            await self.notice(f"{images[0].where}: this model cannot see images; send it without the image, "
+                              "or chat with a vision model (GLM-5.3-Flash)", kind="error")
+            return
         rel = [str(p.relative_to(self.repo.resolve())) for p in files]
         self.controller.record(UserTurn(text=text, attachments=rel))
         self.stats.busy = True
-        self.controller.submit(attach(text, files, self.repo))
+        self.controller.submit(attach(text, files, self.repo), images)
 
     # -- keys ---------------------------------------------------------------------------------
     async def action_interrupt(self) -> None:

@@ -6,6 +6,7 @@ import os
 import re
 from pathlib import Path
 
+from agent.images import IMAGE_SUFFIXES
 from agent.tui.commands import complete_command
 
 MENTION = re.compile(r"(?:^|\s)@([^\s]*)$")
@@ -59,10 +60,21 @@ def mentioned_files(text: str, root: Path) -> list[Path]:
     return found
 
 
+def read_in_repo(root: Path, name: str) -> bytes:
+    """A mentioned file's bytes, refusing paths that leave the checkout."""
+    path = (root / name).resolve()
+    if root.resolve() not in path.parents:
+        raise FileNotFoundError(f"{name} is outside the repository")
+    return path.read_bytes()
+
+
 def attach(text: str, files: list[Path], root: Path) -> str:
-    """The message the model sees: what the user typed, then each mentioned file's contents."""
+    """The message the model sees: what the user typed, then each mentioned text file's contents
+    (image files go as images instead: agent/images.py)."""
     parts = [text]
     for path in files:
+        if path.suffix.lower() in IMAGE_SUFFIXES:
+            continue
         rel = path.relative_to(root.resolve())
         data = path.read_bytes()[:MAX_ATTACH_BYTES].decode("utf-8", errors="replace")
         parts.append(f'<attached_file path="{rel}">\n{data}\n</attached_file>')

@@ -21,6 +21,7 @@ from agent.tui.approval import EDIT_TOOLS, ApprovalPolicy
 from agent.tui.session import Notice, Record, Session
 from agent.tui.turn_snapshots import TurnSnapshots
 from agent.tui.workspace_ops import WORKDIR, EditHistory, restore_conversation
+from inference.chat.content_parts import ImagePart
 from inference.chat.messages import Message
 
 
@@ -76,15 +77,19 @@ class ChatController:
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def submit(self, task: str) -> None:
+    def submit(self, task: str, images: list[ImagePart] | None = None) -> None:
+        """Run a turn; `images` (image parts at offsets in `task`) go with the message."""
         if self.busy:
             raise RuntimeError("the agent is still working; interrupt it first")
         if self.note_for_model:
-            task, self.note_for_model = f"{self.note_for_model}\n\n{task}", None
-        self._thread = threading.Thread(target=self._run_turn, args=(task,), name="horizon-agent", daemon=True)
+            prefix = f"{self.note_for_model}\n\n"
+            task, self.note_for_model = prefix + task, None
+            images = [p.model_copy(update={"at": p.at + len(prefix)}) for p in images or []]
+        self._thread = threading.Thread(target=self._run_turn, args=(task, images or None), name="horizon-agent",
+                                        daemon=True)
         self._thread.start()
 
-    def _run_turn(self, task: str) -> None:
+    def _run_turn(self, task: str, images: list[ImagePart] | None = None) -> None:
         self.turn += 1
         try:
             # Before the agent touches anything: /undo reverts the whole turn, commands included.
@@ -92,7 +97,7 @@ class ChatController:
         except Exception as exc:  # undo falls back to the edit tools' history; the turn goes on
             self.turns.error = f"{type(exc).__name__}: {exc}"
         try:
-            result = self.agent.run(task)
+            result = self.agent.run(task, images=images)
         except Exception as exc:  # the UI must survive any agent failure and say what happened
             self.give_back_files()
             self.post(TurnDone(None, f"{type(exc).__name__}: {exc}"))

@@ -9,8 +9,9 @@ only the newly rendered messages. `divergence()` says where a from-scratch rende
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable
 
+from inference.chat.content_parts import ImagePartError
 from inference.chat.messages import Message, ToolSpec
 from inference.chat.parser import parse_completion
 from inference.chat.special_tokens import ROLE_MARKERS
@@ -43,15 +44,21 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 
 class Conversation:
+    """`images`: the model's image inputs (glm5_next/image_inputs.FlashImageInputs: `prepare(url,
+    where)`, `expand(ids, prepared, base, where)`), or None for a text-only model, which refuses
+    image parts naming them."""
+
     def __init__(
         self, tokenizer, template: ChatTemplate, tools: Iterable[ToolSpec | dict] | None = None,
-        messages: Iterable[Message | dict] = (),
+        messages: Iterable[Message | dict] = (), images=None,
     ):
         self.tokenizer = tokenizer
         self.template = template
         self.tools = coerce_tools(tools)
+        self.image_inputs = images
         self.messages: list[Message] = []
         self._ids: list[int] = []
+        self._images: list = []  # engine PromptImages for the image spans in _ids, in order
         self._rendered = 0  # messages already covered by self._ids
         self._prompt_start: int | None = None  # where the pending generation prompt begins
         self._role_ids = {tokenizer.special_tokens[t] for t in ROLE_MARKERS if t in tokenizer.special_tokens}
@@ -61,11 +68,15 @@ class Conversation:
     def ids(self) -> list[int]:
         return list(self._ids)
 
+    def prompt_images(self) -> list:
+        """The images whose placeholders are in the ids (PromptImages, in prompt order)."""
+        return list(self._images)
+
     def fork(self) -> "Conversation":
         """An independent copy: adding to it leaves this one as it is (one stored reply, many follow-ups)."""
         clone = Conversation.__new__(Conversation)
         clone.__dict__.update(self.__dict__)
-        clone.messages, clone._ids = list(self.messages), list(self._ids)
+        clone.messages, clone._ids, clone._images = list(self.messages), list(self._ids), list(self._images)
         return clone
 
     def add(self, *messages: Message | dict) -> None:
@@ -85,7 +96,7 @@ class Conversation:
         text = "".join(pieces) + self.template.generation_prompt()
         if not self._ids:
             text = self.template.render_prefix(self.tools) + text
-        self._append_rendered(text)
+        self._append_rendered(text, self.template.images_in_order(self.messages, self._rendered))
         self._rendered = len(self.messages)
         self._prompt_start = len(self._ids) - len(self.tokenizer.encode(self.template.generation_prompt()))
         return list(self._ids)
@@ -106,20 +117,33 @@ class Conversation:
         self._prompt_start = None
         return message
 
-    def _append_rendered(self, text: str) -> None:
+    def _append_rendered(self, text: str, images: list) -> None:
         new_ids = self.tokenizer.encode(text)
         # The reply's stop token is the next role marker (<|observation|>, <|user|>): it is already
         # in the ids, so the rendered segment must not repeat it.
         if self._ids and new_ids and new_ids[0] == self._ids[-1] and new_ids[0] in self._role_ids:
             new_ids = new_ids[1:]
+        if images:
+            new_ids, placed = self._expand(new_ids, images, len(self._ids))
+            self._images.extend(placed)
         self._ids.extend(new_ids)
+
+    def _expand(self, ids: list[int], images: list[tuple[int, Any]], base: int) -> tuple[list[int], list]:
+        """Each image's single placeholder -> its image tokens (the processor's expansion)."""
+        names = [part.name(i) for i, part in images]
+        if self.image_inputs is None:
+            raise ImagePartError(f"{names[0]}: this model reads text only; it cannot take image parts")
+        prepared = [self.image_inputs.prepare(part.url, name) for (_, part), name in zip(images, names)]
+        return self.image_inputs.expand(ids, prepared, base, where=names[0])
 
     # -- checking against a from-scratch render -------------------------------------------------
 
     def scratch_ids(self) -> list[int]:
         pending = self._prompt_start is not None
         text = self.template.render(self.messages, self.tools, add_generation_prompt=pending)
-        return self.tokenizer.encode(text)
+        ids = self.tokenizer.encode(text)
+        images = self.template.images_in_order(self.messages)
+        return self._expand(ids, images, 0)[0] if images else ids
 
     def divergence(self, context: int = 4) -> Divergence | None:
         """None when the kept ids equal a from-scratch render of the same messages."""

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from inference.chat.content_parts import ImagePart, split_content, wire_parts
 from inference.chat.wire_messages import normalize_message
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -101,22 +102,19 @@ class Message(BaseModel):
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     name: str | None = None
+    # Images of a user or tool message, at their offsets in `content` (content_parts.py).
+    images: list[ImagePart] | None = None
 
-    @field_validator("content", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _flatten_text_parts(cls, value: Any) -> Any:
-        # OpenAI clients may send content as a list of {"type": "text", "text": ...} parts.
-        if isinstance(value, list):
-            texts = []
-            for i, part in enumerate(value):
-                if isinstance(part, str):
-                    texts.append(part)
-                elif isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
-                    texts.append(part["text"])
-                else:
-                    raise ValueError(f"content[{i}]: only text parts are supported, got {part!r:.80}")
-            return "".join(texts)
-        return value
+    def _split_parts(cls, data: Any) -> Any:
+        # OpenAI clients may send content as a list of text and image_url parts.
+        if isinstance(data, dict) and isinstance(data.get("content"), list):
+            text, images = split_content(data["content"])
+            data = {**data, "content": text}
+            if images:
+                data["images"] = [*(data.get("images") or []), *images]
+        return data
 
     @field_validator("tool_calls", mode="before")
     @classmethod
@@ -129,6 +127,16 @@ class Message(BaseModel):
     def _check_role_fields(self) -> Message:
         if self.tool_calls and self.role != "assistant":
             raise ValueError(f"tool_calls: only assistant messages carry tool calls, got role {self.role!r}")
+        if self.images:
+            if self.role not in ("user", "tool"):
+                raise ValueError(f"content[{self.images[0].index}]: only user and tool messages carry images, "
+                                 f"got role {self.role!r}")
+            offsets = [p.at for p in self.images]
+            if offsets != sorted(offsets) or offsets[-1] > len(self.content or ""):
+                raise ValueError(f"images: offsets {offsets} must be ascending and within the text "
+                                 f"({len(self.content or '')} characters)")
+        else:
+            self.images = None  # [] and None mean the same: keep equality and dumps canonical
         return self
 
     @classmethod
@@ -136,8 +144,8 @@ class Message(BaseModel):
         return cls(role="system", content=content)
 
     @classmethod
-    def user(cls, content: str) -> Message:
-        return cls(role="user", content=content)
+    def user(cls, content: str, images: list[ImagePart] | None = None) -> Message:
+        return cls(role="user", content=content, images=images)
 
     @classmethod
     def assistant(
@@ -146,12 +154,15 @@ class Message(BaseModel):
         return cls(role="assistant", content=content, reasoning_content=reasoning, tool_calls=tool_calls or None)
 
     @classmethod
-    def tool(cls, content: str, tool_call_id: str | None = None, name: str | None = None) -> Message:
-        return cls(role="tool", content=content, tool_call_id=tool_call_id, name=name)
+    def tool(cls, content: str, tool_call_id: str | None = None, name: str | None = None,
+             images: list[ImagePart] | None = None) -> Message:
+        return cls(role="tool", content=content, tool_call_id=tool_call_id, name=name, images=images)
 
     def to_openai(self) -> dict[str, Any]:
-        """The wire dict (tool call arguments as JSON strings); None fields are left out."""
-        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        """The wire dict (tool call arguments as JSON strings; images as content parts); None
+        fields are left out."""
+        content = wire_parts(self.content or "", self.images) if self.images else self.content
+        out: dict[str, Any] = {"role": self.role, "content": content}
         if self.reasoning_content is not None:
             out["reasoning_content"] = self.reasoning_content
         if self.tool_calls:
@@ -163,8 +174,11 @@ class Message(BaseModel):
         return out
 
     def to_template_dict(self) -> dict[str, Any]:
-        """The dict a Jinja chat template sees (tool call arguments stay decoded)."""
+        """The dict a Jinja chat template sees (tool call arguments stay decoded; images as
+        {"type": "image"} items, as transformers' processors pass them)."""
         out = self.to_openai()
+        if self.images:
+            out["content"] = wire_parts(self.content or "", self.images, lambda p: {"type": "image", "url": p.url})
         if self.tool_calls:
             out["tool_calls"] = [
                 {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": tc.arguments}}

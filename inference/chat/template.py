@@ -11,6 +11,7 @@ import json
 from importlib import resources
 from typing import Any, Iterable
 
+from inference.chat.content_parts import ImagePart, with_placeholders
 from inference.chat.messages import Message, ToolCall, ToolSpec
 from inference.chat.variants import EFFORT_LABELS, VARIANTS, TemplateStyle, get_style
 
@@ -132,15 +133,22 @@ class ChatTemplate:
             if m.role == "system":
                 pieces.append("<|system|>" + (m.content or ""))
             elif m.role == "user":
-                pieces.append("<|user|>" + (m.content or ""))
+                pieces.append("<|user|>" + with_placeholders(m.content or "", m.images))
             elif m.role == "assistant":
                 pieces.append(self._render_assistant(m, keep_reasoning=i > last_user or not self._clear()))
             else:
                 shown = messages[order[i]]
                 opens_run = i == 0 or messages[i - 1].role != "tool"
-                body = f"<tool_response>{shown.content or ''}</tool_response>"
+                body = f"<tool_response>{with_placeholders(shown.content or '', shown.images)}</tool_response>"
                 pieces.append(("<|observation|>" if opens_run else "") + body)
         return pieces
+
+    def images_in_order(self, messages: list[Message], start: int = 0) -> list[tuple[int, ImagePart]]:
+        """(message index, image) of the pieces from `start` on, in the order render_pieces writes
+        their placeholders (tool results may be reordered)."""
+        order = self._tool_result_order(messages)
+        shown = [order[i] if messages[i].role == "tool" else i for i in range(start, len(messages))]
+        return [(j, part) for j in shown for part in messages[j].images or []]
 
     def _clear(self) -> bool:
         return self.style.clear_thinking_default if self.clear_thinking is None else self.clear_thinking

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 # Message's own fields (messages.py validates each wire dict through normalize_message first).
-_KEPT = {"role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name"}
+_KEPT = {"role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name", "images"}
 
 
 def normalize_message(raw: Any) -> Any:

@@ -18,6 +18,7 @@ import torch
 from inference.engine.engine_config import EngineConfig
 from inference.engine.host_tier import HostTier
 from inference.engine.model_runner import ModelRunner
+from inference.engine.multimodal import check_request_images
 from inference.engine.output_processor import StopChecker, process_outputs
 from inference.engine.page_allocator import PageAllocator
 from inference.engine.radix_cache import RadixCache
@@ -57,6 +58,7 @@ class Engine:
         from inference.loader import load_model
         from inference.kv_cache import PagedKVCache, kv_bytes_per_token
 
+        self.vision = None  # image inputs (glm5_next/image_inputs.py) on checkpoints with a vision tower
         if is_flash_checkpoint(Path(checkpoint_path)):  # GLM-5.3-Flash: its own model, cache and runner
             from inference.glm5_next.engine_runner import build_flash_parts
 
@@ -185,6 +187,8 @@ class Engine:
         if len(req.prompt_ids) >= self.max_sequence:
             raise EngineError("prompt_ids", f"prompt of {len(req.prompt_ids)} tokens does not fit the KV budget "
                               f"({self.max_sequence} tokens per sequence); raise kv_budget_tokens")
+        if req.images:
+            check_request_images(req, self.vision)
         thinking_limited = req.reasoning_effort is not None or req.reasoning_budget is not None
         if thinking_limited and (self.think_start_id is None or self.think_end_id is None):
             raise EngineError("reasoning_effort", "the checkpoint has no <think>/</think> tokens; set "
@@ -221,7 +225,7 @@ class Engine:
             if rid in self._live or any(s.request_id == rid for s, _ in self._inbox):
                 raise EngineError("request_id", f"{rid!r} is already in flight")
         seq = Sequence(rid, req.prompt_ids, req.params, req.session_id, req.reasoning_effort,
-                       stop_token_ids=frozenset(req.params.stop_token_ids))
+                       stop_token_ids=frozenset(req.params.stop_token_ids), images=tuple(req.images))
         seq.reasoning = make_reasoning_state(req.reasoning_effort, self.config.reasoning_budgets,
                                              self.think_start_id, self.think_end_id, req.prompt_ids,
                                              budget=req.reasoning_budget)

@@ -65,6 +65,8 @@ class EngineConfig(BaseModel):
     max_wait_steps: int = Field(default=32, ge=1)
     # Tensor / expert parallelism over several processes (inference/parallel/); one by default.
     parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+    # Vision checkpoints: the largest encoded image a request may carry (bytes, before decoding).
+    max_image_bytes: int = Field(default=20 << 20, ge=1)
 
     @field_validator("dtype")
     @classmethod

@@ -6,6 +6,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from inference.engine.multimodal import PromptImage
 from inference.engine.sampling_params import SamplingParams
 
 FinishReason = Literal["stop", "length", "abort"]
@@ -21,7 +22,7 @@ class EngineError(ValueError):
 
 
 class GenerateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     prompt_ids: list[int]
     params: SamplingParams = Field(default_factory=SamplingParams)
@@ -30,6 +31,8 @@ class GenerateRequest(BaseModel):
     # Thinking tokens allowed, overriding the effort level's budget (Anthropic's `budget_tokens`).
     reasoning_budget: Optional[int] = Field(default=None, ge=0)
     request_id: Optional[str] = None
+    # Images whose placeholders are in prompt_ids, in prompt order (vision checkpoints only).
+    images: list[PromptImage] = Field(default_factory=list)
 
 
 class Usage(BaseModel):

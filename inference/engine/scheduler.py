@@ -110,7 +110,7 @@ class Scheduler:
 
         def key(s: Sequence):
             urgent = s.wait_steps >= self.config.max_wait_steps or s.num_preemptions > 0
-            cached = 0 if urgent else self.cache.peek(s.tokens, (len(s.tokens) - 1) // ps)
+            cached = 0 if urgent else self.cache.peek(s.cache_tokens, (len(s.tokens) - 1) // ps)
             return (not urgent, -cached, s.arrival)
 
         return sorted(self.waiting, key=key)
@@ -124,17 +124,18 @@ class Scheduler:
         for seq in self._admission_order():
             if budget <= 0 or len(self.running) >= self.config.max_running:
                 break
-            match = self.cache.match(seq.tokens, (len(seq.tokens) - 1) // self.page_size)
+            key = seq.cache_tokens  # the tokens, with image spans keyed by content (multimodal.py)
+            match = self.cache.match(key, (len(seq.tokens) - 1) // self.page_size)
             if self.cache.enabled and not match.device_pages and not match.host_nodes \
                     and len(seq.tokens) > self.page_size:
-                first_page = tuple(seq.tokens[:self.page_size])
+                first_page = tuple(key[:self.page_size])
                 if first_page in computing:
                     continue
                 computing.add(first_page)
             self.cache.lock(match.node)
             n_device, n_host = len(match.device_pages), match.num_host_pages
             num_cached = (n_device + n_host) * self.page_size
-            tail = self.cache.match_tail(match.node, seq.tokens, num_cached, len(seq.tokens) - 1)
+            tail = self.cache.match_tail(match.node, key, num_cached, len(seq.tokens) - 1)
             n_tail = tail.n if tail is not None else 0
             n_feed = min(len(seq.tokens) - num_cached - n_tail, self.config.chunk_size, budget)
             # host pages to restore + a private copy of the partly matched page + new pages
@@ -214,7 +215,7 @@ class Scheduler:
         n_full = min(seq.num_computed // self.page_size, len(seq.pages))
         if not self.cache.enabled or n_full <= seq.num_tree_pages:
             return
-        tokens = seq.tokens[:n_full * self.page_size]
+        tokens = seq.cache_tokens[:n_full * self.page_size]
         _, leftover = self.cache.insert(tokens, seq.pages[:n_full])
         match = self.cache.match(tokens, n_full)
         self.cache.lock(match.node)
@@ -228,9 +229,10 @@ class Scheduler:
     def release(self, seq: Sequence, retain_session: bool = False) -> None:
         """Hand the sequence's computed whole pages to the prefix cache, free the rest."""
         n_full = min(seq.num_computed // self.page_size, len(seq.pages))
-        node, leftover = self.cache.insert(seq.tokens[:n_full * self.page_size], seq.pages[:n_full])
+        key = seq.cache_tokens
+        node, leftover = self.cache.insert(key[:n_full * self.page_size], seq.pages[:n_full])
         rest = seq.pages[n_full:]
-        partial = tuple(seq.tokens[n_full * self.page_size:seq.num_computed])
+        partial = tuple(key[n_full * self.page_size:seq.num_computed])
         if rest and partial and self.cache.attach_tail(node, partial, rest[0]):
             rest = rest[1:]
         self.allocator.free(leftover + rest)

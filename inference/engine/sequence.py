@@ -6,6 +6,7 @@ import enum
 import itertools
 from typing import Any, Optional
 
+from inference.engine.multimodal import PromptImage, cache_key_tokens
 from inference.engine.radix_cache import Node
 from inference.engine.request import TokenLogprob
 from inference.engine.sampling_params import SamplingParams
@@ -26,10 +27,14 @@ class Sequence:
 
     def __init__(self, request_id: str, prompt_ids: list[int], params: SamplingParams,
                  session_id: Optional[str] = None, reasoning_effort: Optional[str] = None,
-                 stop_token_ids: frozenset[int] = frozenset()):
+                 stop_token_ids: frozenset[int] = frozenset(), images: tuple[PromptImage, ...] = ()):
         self.request_id = request_id
         self.tokens = list(prompt_ids)
         self.prompt_len = len(prompt_ids)
+        self.images = tuple(images)
+        # The cache key; it grows with `tokens` (which only ever grow), lazily in cache_tokens.
+        self._key = cache_key_tokens(self.tokens, list(self.images)) if self.images else None
+        self.image_embeds: Any = None  # the images' rows, set by a vision runner while the prompt prefills
         self.params = params
         self.session_id = session_id
         self.reasoning_effort = reasoning_effort
@@ -55,6 +60,16 @@ class Sequence:
         self.grammar: Any = None  # GrammarState when params.grammar is set
         self.mtp_hidden: Any = None  # target hidden state feeding the next MTP draft
         self.on_tokens: Any = None  # callback(seq, new_token_ids) installed by the engine
+
+    @property
+    def cache_tokens(self) -> list[int]:
+        """What the prefix cache keys this sequence by: its tokens, with image spans replaced by
+        their content-hash values (multimodal.py)."""
+        if self._key is None:
+            return self.tokens
+        if len(self._key) < len(self.tokens):
+            self._key.extend(self.tokens[len(self._key):])
+        return self._key
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -3,7 +3,9 @@
 What works: continuous batching with chunked prefill and decode mixed in one forward
 (`Glm5NextForCausalLM.forward_batch`), DSA rows in the engine's pages, one KDA state slot per
 running sequence (slots = EngineConfig.max_running, `state_bytes_per_sequence` each), preemption
-(the victim's slot is reclaimed; it recomputes from token 0 when readmitted), abort.
+(the victim's slot is reclaimed; it recomputes from token 0 when readmitted), abort, images
+(`engine.vision` turns image parts into PromptImages; image_rows.py embeds each request's
+images once and feeds their rows to the chunks that hold their positions).
 Not yet (refused or switched off with a warning): the radix prefix cache (a hit needs a KDA
 state snapshot at the matched position; FlashPagedCache.snapshot/restore are the primitive, the
 radix integration is the next step), the host tier, MTP drafting, FP8 KV, torch.compile decode,
@@ -17,6 +19,7 @@ at token 0 gets a zeroed slot.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import torch
 
@@ -24,15 +27,17 @@ from inference.engine.model_runner import ModelRunner, TargetOutput
 from inference.engine.scheduler import ScheduledItem
 from inference.engine.sequence import Status
 from inference.glm5_next.describe import kv_bytes_per_token
+from inference.glm5_next.image_rows import ImageRows
 
 log = logging.getLogger(__name__)
 
 
 class FlashRunner(ModelRunner):
-    def __init__(self, model, cache, page_size: int):
+    def __init__(self, model, cache, page_size: int, images: ImageRows | None = None):
         super().__init__(model, cache, page_size)
         self._slot_of: dict[int, tuple[object, int]] = {}  # id(seq) -> (seq, slot)
         self._free = list(range(cache.slots - 1, -1, -1))
+        self.images = images  # None: a text-only load (the engine refuses image requests)
 
     @property
     def slots_in_use(self) -> int:
@@ -69,7 +74,8 @@ class FlashRunner(ModelRunner):
         slots = [self._slot(it) for it in items]
         batch = self._batch([list(it.token_ids) for it in items], [it.start for it in items],
                             [list(it.seq.pages) for it in items], rows)
-        logits = self.model.forward_batch(batch, self.cache, slots)
+        image_rows = self.images.for_step(items, token_rows) if self.images is not None else None
+        logits = self.model.forward_batch(batch, self.cache, slots, image_rows)
         return TargetOutput(logits, logit_rows, None, token_rows)
 
     def copy_pages(self, src: list[int], dst: list[int]) -> None:
@@ -106,8 +112,30 @@ def build_flash_parts(engine, checkpoint_path, config, clock) -> None:
     engine.prefix_cache = RadixCache(ps, engine.allocator, engine.host, clock=clock, enabled=False,
                                      copy_page=engine._copy_page)
     engine.scheduler = Scheduler(config, engine.prefix_cache, engine.allocator)
-    engine.runner = FlashRunner(engine.model, engine.kv_cache, ps)
+    engine.vision = _vision_inputs(engine.model, Path(checkpoint_path), config)
+    rows = None
+    if engine.vision is not None:
+        st = engine.vision.settings
+        rows = ImageRows(engine.model, st.patch_size, st.merge_size, st.temporal_patch_size)
+    engine.runner = FlashRunner(engine.model, engine.kv_cache, ps, rows)
     engine.host.copier = engine.runner.host_copy
     engine.max_position = engine.model_config.max_position_embeddings
     engine.max_sequence = min(engine.max_position, engine.num_device_pages * ps)
     engine.drafter = None
+
+
+def _vision_inputs(model, path: Path, config):
+    """The image front half (image_inputs.py) when the checkpoint has a vision tower, else None."""
+    from inference.glm5_next.image_inputs import FlashImageInputs, ProcessorSettings
+    from inference.glm5_next.image_processor import ImageLimits
+
+    if not hasattr(model.model, "visual"):
+        return None
+    settings = ProcessorSettings.from_checkpoint(path)
+    tower = model.model.visual.cfg
+    if (settings.patch_size, settings.merge_size, settings.temporal_patch_size) != \
+            (tower.patch_size, tower.spatial_merge_size, tower.temporal_patch_size):
+        raise ValueError(f"preprocessor_config.json: patch_size/merge_size/temporal_patch_size "
+                         f"{settings.patch_size}/{settings.merge_size}/{settings.temporal_patch_size} disagree with "
+                         f"vision_config's {tower.patch_size}/{tower.spatial_merge_size}/{tower.temporal_patch_size}")
+    return FlashImageInputs(model.config.image_token_id, settings, ImageLimits(max_bytes=config.max_image_bytes))

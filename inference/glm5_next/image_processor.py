@@ -3,9 +3,10 @@
 Reproduces transformers' Glm5NextImageProcessorPil (Pillow, no network): RGB; `smart_resize`
 picks a canvas aligned to patch_size * merge_size within [min_image_tokens, max_image_tokens]
 merged tokens; the image is bicubic-resized to fit it (never upscaled once it meets the minimum)
-and zero-padded at the bottom/right; then / 255, CLIP mean/std normalization, and patchified
-into rows of C x T x P x P (the still image repeated over the temporal patch), block-major over
-merge blocks. Each image becomes grid_h * grid_w / merge^2 image tokens.
+and zero-padded at the bottom/right (`to_canvas`, uint8); then / 255, CLIP mean/std
+normalization, and patchified into rows of C x T x P x P (the still image repeated over the
+temporal patch), block-major over merge blocks (`patchify`, torch, on any device). Each image
+becomes grid_h * grid_w / merge^2 image tokens.
 
 Sources: `data:image/...;base64,` URLs, and local file paths where the caller allows them (the
 agent); remote URLs are refused (this process never fetches). Every failure is an
@@ -24,11 +25,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from inference.chat.content_parts import ImagePartError
+
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
-class ImageInputError(ValueError):
+class ImageInputError(ImagePartError):
     """An image part that cannot be used; the message names the part."""
 
 
@@ -67,11 +70,13 @@ def smart_resize(height: int, width: int, factor: int, temporal: int, min_tokens
     return h, w
 
 
-def load_image(part: dict, where: str, limits: ImageLimits = ImageLimits(), allow_paths: bool = False):
-    """An OpenAI content part {"type": "image_url", "image_url": {"url": ...}} -> PIL RGB image."""
+def load_image(part: dict | str, where: str, limits: ImageLimits = ImageLimits(), allow_paths: bool = False):
+    """An OpenAI content part {"type": "image_url", "image_url": {"url": ...}} (or its URL) -> PIL RGB image."""
     from PIL import Image, UnidentifiedImageError
 
-    url = (part.get("image_url") or {}).get("url") if isinstance(part.get("image_url"), dict) else part.get("image_url")
+    url = part if isinstance(part, str) else part.get("image_url")
+    if isinstance(url, dict):
+        url = url.get("url")
     if not isinstance(url, str) or not url:
         raise ImageInputError(f"{where}: image_url.url missing (expected a data: URL)")
     if url.startswith("data:"):
@@ -99,38 +104,75 @@ def load_image(part: dict, where: str, limits: ImageLimits = ImageLimits(), allo
         image = Image.open(io.BytesIO(raw))
         if image.width * image.height > limits.max_pixels:
             raise ImageInputError(f"{where}: {image.width}x{image.height} exceeds the {limits.max_pixels}-pixel limit")
-        return image.convert("RGB")
-    except (UnidentifiedImageError, OSError) as exc:
+        return to_rgb(image)
+    except ImageInputError:
+        raise
+    except Image.DecompressionBombError:  # Pillow's own guard, for headers far past any sane size
+        raise ImageInputError(f"{where}: the image exceeds the {limits.max_pixels}-pixel limit") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:  # truncated or corrupt data
         raise ImageInputError(f"{where}: the image bytes do not decode ({exc.__class__.__name__})") from None
+
+
+def to_rgb(image):
+    """RGB as transformers converts it: transparency is composited onto white (a transparent
+    screenshot region is white to the model, not whatever colour its hidden pixels hold)."""
+    from PIL import Image
+
+    if "A" in image.getbands() or image.info.get("transparency") is not None:
+        rgba = image.convert("RGBA")
+        return Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB")
+    return image.convert("RGB")
+
+
+def to_canvas(image, patch_size: int = 14, merge_size: int = 2, temporal_patch_size: int = 2,
+              limits: ImageLimits = ImageLimits()) -> np.ndarray:
+    """A PIL image -> the aligned canvas the vision tower sees, uint8 [H, W, 3]: bicubic-resized
+    (never upscaled once it meets the minimum) and zero-padded at the bottom/right. Kept as uint8:
+    8x smaller than the float patch rows that `patchify` makes from it when they are needed."""
+    from PIL import Image
+
+    factor = patch_size * merge_size
+    image = to_rgb(image)
+    width, height = image.size
+    th, tw = smart_resize(height, width, factor, temporal_patch_size, limits.min_image_tokens, limits.max_image_tokens)
+    scale = min(th / height, tw / width)
+    if temporal_patch_size * height * width >= temporal_patch_size * factor**2 * limits.min_image_tokens:
+        scale = min(1.0, scale)  # big enough already: only ever shrink
+    ch, cw = max(1, min(th, math.floor(height * scale))), max(1, min(tw, math.floor(width * scale)))
+    if (ch, cw) != (height, width):
+        image = image.resize((cw, ch), Image.Resampling.BICUBIC)
+    canvas = np.zeros((th, tw, 3), dtype=np.uint8)
+    canvas[:ch, :cw] = np.asarray(image, dtype=np.uint8)
+    return canvas
+
+
+def patchify(canvas: torch.Tensor, patch_size: int = 14, merge_size: int = 2,
+             temporal_patch_size: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    """uint8 canvas [H, W, 3] (any device) -> (pixel rows [h*w, 3*T*P*P] fp32, grid_thw [3]):
+    / 255, CLIP normalization, patches block-major over merge blocks, the still image repeated
+    over the temporal patch."""
+    th, tw, _ = canvas.shape
+    mean = torch.tensor(CLIP_MEAN, dtype=torch.float32, device=canvas.device).view(3, 1, 1)
+    std = torch.tensor(CLIP_STD, dtype=torch.float32, device=canvas.device).view(3, 1, 1)
+    arr = (canvas.permute(2, 0, 1).to(torch.float32) / 255.0 - mean) / std
+    gh, gw, m = th // patch_size, tw // patch_size, merge_size
+    p = arr.reshape(3, gh // m, m, patch_size, gw // m, m, patch_size).permute(1, 4, 2, 5, 0, 3, 6)
+    p = p.unsqueeze(5).expand(*p.shape[:5], temporal_patch_size, *p.shape[5:])  # C, T, P, P last
+    rows = p.reshape(gh * gw, 3 * temporal_patch_size * patch_size**2)
+    return rows, torch.tensor([1, gh, gw])
 
 
 def preprocess(images: list, patch_size: int = 14, merge_size: int = 2, temporal_patch_size: int = 2,
                limits: ImageLimits = ImageLimits()) -> tuple[torch.Tensor, torch.Tensor]:
-    """PIL images -> (pixel_values [sum patches, 3*T*P*P] fp32, image_grid_thw [n, 3])."""
-    from PIL import Image
-
-    factor = patch_size * merge_size
+    """PIL images -> (pixel_values [sum patches, 3*T*P*P] fp32, image_grid_thw [n, 3]), as
+    transformers' processor returns them."""
     rows, grids = [], []
     for image in images:
-        image = image.convert("RGB")
-        width, height = image.size
-        th, tw = smart_resize(height, width, factor, temporal_patch_size, limits.min_image_tokens, limits.max_image_tokens)
-        scale = min(th / height, tw / width)
-        if temporal_patch_size * height * width >= temporal_patch_size * factor**2 * limits.min_image_tokens:
-            scale = min(1.0, scale)  # big enough already: only ever shrink
-        ch, cw = max(1, min(th, math.floor(height * scale))), max(1, min(tw, math.floor(width * scale)))
-        if (ch, cw) != (height, width):
-            image = image.resize((cw, ch), Image.Resampling.BICUBIC)
-        arr = np.zeros((3, th, tw), dtype=np.float32)
-        arr[:, :ch, :cw] = np.asarray(image, dtype=np.float32).transpose(2, 0, 1)
-        arr = (arr / 255.0 - np.array(CLIP_MEAN, dtype=np.float32)[:, None, None]) / np.array(CLIP_STD, dtype=np.float32)[:, None, None]
-        gh, gw = th // patch_size, tw // patch_size
-        p = arr.reshape(3, gh // merge_size, merge_size, patch_size, gw // merge_size, merge_size, patch_size)
-        p = p.transpose(1, 4, 2, 5, 0, 3, 6)  # merge blocks, then patches in a block; C, P, P last
-        p = np.broadcast_to(p[:, :, :, :, :, None], (*p.shape[:5], temporal_patch_size, *p.shape[5:]))
-        rows.append(p.reshape(gh * gw, 3 * temporal_patch_size * patch_size**2))
-        grids.append([1, gh, gw])
-    return torch.from_numpy(np.concatenate(rows)), torch.tensor(grids)
+        canvas = to_canvas(image, patch_size, merge_size, temporal_patch_size, limits)
+        r, g = patchify(torch.from_numpy(canvas), patch_size, merge_size, temporal_patch_size)
+        rows.append(r)
+        grids.append(g)
+    return torch.cat(rows), torch.stack(grids)
 
 
 def image_token_count(grid_thw: torch.Tensor, merge_size: int = 2) -> list[int]:

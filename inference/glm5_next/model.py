@@ -151,12 +151,18 @@ class Glm5NextForCausalLM(nn.Module):
         state.length += t
         return self.lm_head(self.model.norm(streams.mean(dim=2)))
 
-    def _ragged(self, ids: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor, kda_get, kda_put, dsa_view):
+    def _ragged(self, ids: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor, kda_get, kda_put, dsa_view,
+                embeds_at: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None):
         """Right-padded rows ids [B, T] with `lengths` valid new tokens each, continuing at `starts`
-        -> logits [B, T, vocab]. Padding leaves every state untouched (kda.py) and is never read."""
+        -> logits [B, T, vocab]. Padding leaves every state untouched (kda.py) and is never read.
+        embeds_at (row, col, embeddings): inputs that replace the token embeddings there (images)."""
         b, t = ids.shape
         positions = starts.view(b, 1) + torch.arange(t, device=ids.device).view(1, t)
-        streams = self.model.embed_tokens(ids).unsqueeze(2).expand(-1, -1, self.config.hc_mult, -1).contiguous()
+        h = self.model.embed_tokens(ids)
+        if embeds_at is not None:
+            row, col, values = embeds_at
+            h[row, col] = values.to(h.dtype)
+        streams = h.unsqueeze(2).expand(-1, -1, self.config.hc_mult, -1).contiguous()
         mask = None
         for i, layer in enumerate(self.model.layers):
             if layer.kda:
@@ -190,10 +196,12 @@ class Glm5NextForCausalLM(nn.Module):
         return [logits[row, : len(toks)] for row, (_, toks) in enumerate(seqs)]
 
     @torch.inference_mode()
-    def forward_batch(self, batch: ForwardBatch, cache: FlashPagedCache, slots: list[int]) -> torch.Tensor:
+    def forward_batch(self, batch: ForwardBatch, cache: FlashPagedCache, slots: list[int],
+                      image_rows: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """The engine's call: a flat ForwardBatch (tokens of many sequences, DSA rows through its
         block tables) with one KDA state slot per sequence -> logits [len(logits_indices), vocab].
-        Each slot must hold the state after exactly seq_len - q_len tokens of its sequence."""
+        Each slot must hold the state after exactly seq_len - q_len tokens of its sequence.
+        image_rows (flat token indices, embeddings): image embeddings that replace those tokens'."""
         qsl = batch.query_start_loc
         lengths = qsl[1:] - qsl[:-1]
         starts = batch.seq_lens - lengths
@@ -209,9 +217,13 @@ class Glm5NextForCausalLM(nn.Module):
         ids = torch.zeros(b, t, dtype=torch.long, device=qsl.device)
         ids[seq_of, col] = batch.input_ids
         slot_t = torch.tensor(slots, device=qsl.device)
+        embeds_at = None
+        if image_rows is not None:
+            flat, values = image_rows
+            embeds_at = (seq_of[flat], col[flat], values)
         logits = self._ragged(ids, lengths, starts, lambda i: cache.kda_view(i, slot_t),
                               lambda i, st: cache.kda_write(i, slot_t, st),
-                              lambda i: cache.dsa_view(i, batch.block_table, starts, lengths))
+                              lambda i: cache.dsa_view(i, batch.block_table, starts, lengths), embeds_at)
         for s, end in zip(slots, batch.seq_lens.tolist()):
             cache.slot_lengths[s] = end
         rows = batch.logits_indices

@@ -7,7 +7,9 @@ q/k/v_conv1d, `hc_attn_*` / `hc_ffn_*`, forget-gate parameters directly under `s
 Weights are O(1)-activation random draws (1/sqrt(fan_in)), with forget-gate parameters in ranges
 that make decays neither ~1 nor ~0. fp8=True stores the large projections as e4m3 with block
 scales. A small vision tower (`model.visual.*`, 1 block) is written too, so transformers loads
-every tensor and image prompts run end to end.
+every tensor and image prompts run end to end: the tokenizer ships the glm-5.3-flash chat template,
+config.json puts the image/video placeholder ids at the tokenizer's ids, and
+preprocessor_config.json holds the image processor's settings.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ _COMMON = dict(
     hc_sinkhorn_iters=20, index_kpool_always_select_tail=True, tie_word_embeddings=False, attention_bias=False,
     pad_token_id=0, eos_token_id=[1],
 )  # fmt: skip
+_MEDIA_TOKENS = {"image_token_id": "<|image|>", "image_start_token_id": "<|begin_of_image|>",
+                 "image_end_token_id": "<|end_of_image|>", "video_start_token_id": "<|begin_of_video|>",
+                 "video_end_token_id": "<|end_of_video|>"}
 _VISION = dict(depth=1, hidden_size=32, num_heads=2, intermediate_size=32, out_hidden_size=64,
                projection_intermediate_size=32, patch_size=14, spatial_merge_size=2, temporal_patch_size=2)
 _QUANTIZED = re.compile(
@@ -137,24 +142,26 @@ def check_flash_args(preset: str, overrides: dict[str, Any] | None, shards: int)
 def write_flash_checkpoint(out_dir: str | Path, preset: str = "flash-tiny", seed: int = 0,
                            overrides: dict[str, Any] | None = None, fp8: bool = False, shards: int = 2,
                            dtype: torch.dtype = torch.bfloat16, fp8_block: tuple[int, int] = (8, 8)) -> Path:
-    from inference.random_checkpoint import _write_shards, _write_tokenizer
+    from inference.random_checkpoint import _write_shards
+    from inference.tokenizer_training import write_tokenizer_files
 
     check_flash_args(preset, overrides, shards)  # refuse bad overrides before any file is written
     text = flash_text_config(preset, overrides)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = _write_tokenizer(out)
-    if tokenizer is not None:
-        text["vocab_size"] = max(text["vocab_size"], tokenizer["vocab_size"])
-        ids = tokenizer["special_tokens"]
-        text["pad_token_id"] = ids.get("<|endoftext|>", text["pad_token_id"])
-        text["eos_token_id"] = [ids[n] for n in ("<|endoftext|>", "<|user|>", "<|observation|>") if n in ids] or text["eos_token_id"]
+    tokenizer = write_tokenizer_files(out, variant="glm-5.3-flash")  # the release ships the Flash template
+    text["vocab_size"] = max(text["vocab_size"], tokenizer["vocab_size"])
+    ids = tokenizer["special_tokens"]
+    text["pad_token_id"] = ids["<|endoftext|>"]
+    text["eos_token_id"] = [ids[n] for n in ("<|endoftext|>", "<|user|>", "<|observation|>")]
+    # The placeholders at the tokenizer's ids (the release's 154854.. are past this vocabulary).
+    media = {name: ids[token] for name, token in _MEDIA_TOKENS.items()}
     vision = {**_VISION, "out_hidden_size": text["hidden_size"]}
     config = Glm5NextTextConfig.from_dict({"model_type": "glm5_next", "text_config": text, "vision_config": vision})
     tensors = random_flash_tensors(config, seed, dtype)
     raw: dict[str, Any] = {
         "architectures": ["Glm5NextForConditionalGeneration"], "model_type": "glm5_next",
-        "text_config": text, "vision_config": vision,
+        "text_config": text, "vision_config": vision, **media,
         "tie_word_embeddings": False, "torch_dtype": str(dtype).removeprefix("torch."),
     }  # fmt: skip
     if fp8:
@@ -165,7 +172,19 @@ def write_flash_checkpoint(out_dir: str | Path, preset: str = "flash-tiny", seed
     (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")
     generation = {"eos_token_id": text["eos_token_id"], "pad_token_id": text["pad_token_id"]}
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n", encoding="utf-8")
+    (out / "preprocessor_config.json").write_text(json.dumps(_processor(vision), indent=2) + "\n", encoding="utf-8")
     return out
+
+
+def _processor(vision: dict[str, Any]) -> dict[str, Any]:
+    """preprocessor_config.json as transformers' Glm5NextImageProcessor saves it (what AutoProcessor
+    and image_inputs.ProcessorSettings read). A small token budget keeps test images cheap."""
+    return {"image_processor_type": "Glm5NextImageProcessor", "do_convert_rgb": True, "do_resize": True,
+            "do_rescale": True, "do_normalize": True, "resample": 3, "rescale_factor": 1 / 255,
+            "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
+            "patch_size": vision["patch_size"], "temporal_patch_size": vision["temporal_patch_size"],
+            "merge_size": vision["spatial_merge_size"], "patch_expand_factor": 1, "min_image_tokens": 4,
+            "max_image_tokens": 64, "size": {"longest_edge": 1}}
 
 
 def _maybe_quantize(name: str, t: torch.Tensor, block: tuple[int, int]):

@@ -25,6 +25,7 @@ from inference.server.choices import ChoiceEnd, merge_responses, merge_streams
 from inference.server.constraints import compile_spec, response_format_spec
 from inference.server.engine_bridge import submit
 from inference.server.errors import APIError, install_error_handlers
+from inference.server.images import decode_images, image_inputs
 from inference.server.legacy_logprobs import LegacyLogprobs, merge_blocks
 from inference.server.output_text import OutputText
 from inference.server.prompting import PreparedChat, ServerDefaults, prepare_chat, sampling_params
@@ -74,8 +75,10 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict:
+        modalities = ["text", "image"] if image_inputs(state) is not None else ["text"]
         return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": 0,
-                                            "owned_by": "horizon", "max_model_len": state.max_context}]}
+                                            "owned_by": "horizon", "max_model_len": state.max_context,
+                                            "input_modalities": modalities}]}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request,
@@ -86,12 +89,14 @@ def create_app(state: ServerState) -> FastAPI:
             raise APIError(400, f"n: {body.n} choices cannot extend one session's conversation; use n=1 with "
                            "session_id", param="n")
         with state.admit():
-            prepared = prepare_chat(body, state.tokenizer, state.defaults, state.sessions, session_id)
+            await decode_images(state, body.messages)
+            prepared = prepare_chat(body, state.tokenizer, state.defaults, state.sessions, session_id,
+                                    image_inputs(state))
             grammar = prepared.grammar
             await compile_spec(state.engine, grammar)
             gens = [_engine_request(state, body, prepared.prompt_ids, session_id, prepared.engine_effort,
                                     logprobs=(body.top_logprobs or 0) if body.logprobs else None, choice=i,
-                                    grammar=grammar)
+                                    grammar=grammar, images=prepared.images)
                     for i in range(body.n)]
             reply_id, created = new_id("chatcmpl"), int(time.time())
             streams = [_chat_events(state, body, prepared, gen, _submit(state, gen), session_id, body.stream,
@@ -175,14 +180,14 @@ async def _prompt_logprobs(state: ServerState, prompt_ids: list[int], top_n: int
 
 
 def _engine_request(state: ServerState, body: SamplingFields, prompt_ids: list[int], session_id, effort, logprobs,
-                    choice: int = 0, grammar=None):
+                    choice: int = 0, grammar=None, images=()):
     from inference.engine.request import GenerateRequest
 
     params = sampling_params(body, len(prompt_ids), state.max_context, state.tokenizer.stop_token_ids,
                              state.defaults, logprobs, grammar)
     if choice and params.seed is not None:  # choice i of a seeded n > 1 request: reproducible, yet distinct
         params = params.model_copy(update={"seed": params.seed + choice})
-    return GenerateRequest(prompt_ids=prompt_ids, params=params, session_id=session_id,
+    return GenerateRequest(prompt_ids=prompt_ids, params=params, session_id=session_id, images=list(images),
                            reasoning_effort=effort, request_id=f"http-{uuid.uuid4().hex[:16]}")
 
 

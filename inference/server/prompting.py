@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from inference.chat.content_parts import ImagePartError
 from inference.chat.conversation import Conversation
 from inference.chat.messages import ToolSpec
 from inference.chat.template import ChatTemplate
@@ -12,6 +13,7 @@ from inference.chat.variants import normalize_reasoning_effort
 from inference.grammar.spec import GrammarSpec
 from inference.server.constraints import chat_spec
 from inference.server.errors import APIError
+from inference.server.images import message_images, refuse, text_only_error
 from inference.server.protocol import ChatCompletionRequest, SamplingFields
 from inference.server.sessions import SessionStore
 
@@ -32,6 +34,7 @@ class PreparedChat:
     engine_effort: Optional[str] = None
     conversation: Optional[Conversation] = None  # session state to record the reply into
     fingerprint: tuple = field(default_factory=tuple)
+    images: list = field(default_factory=list)  # engine PromptImages of the prompt's image spans
 
 
 @dataclass
@@ -42,7 +45,8 @@ class ServerDefaults:
 
 
 def prepare_chat(req: ChatCompletionRequest, tokenizer, defaults: ServerDefaults, sessions: SessionStore,
-                 session_id: Optional[str]) -> PreparedChat:
+                 session_id: Optional[str], images=None) -> PreparedChat:
+    """`images`: the engine's image inputs (`engine.vision`; None: image parts get a 400 naming them)."""
     kw = req.chat_template_kwargs
     word = (kw.reasoning_effort if kw and kw.reasoning_effort else None) or req.reasoning_effort
     try:
@@ -61,14 +65,22 @@ def prepare_chat(req: ChatCompletionRequest, tokenizer, defaults: ServerDefaults
     fingerprint = (repr(template), tuple(t.model_dump_json() for t in tools))
     # A template that drops past reasoning asks for a re-render; only otherwise extend the ids.
     keep_ids = session_id is not None and not template.drops_history_reasoning
+    named = message_images(req.messages)
+    if named and images is None:
+        raise text_only_error(named[0][0])
     conv = sessions.take(session_id, fingerprint, req.messages) if keep_ids else None
     if conv is None:
-        conv = Conversation(tokenizer, template, tools, req.messages)
+        conv = Conversation(tokenizer, template, tools, req.messages, images=images)
+    try:
+        prompt_ids = conv.prompt_ids()
+    except ImagePartError as exc:
+        raise refuse(exc) from None
     return PreparedChat(
         # A JSON reply (response_format) is content only: markup inside its strings stays text.
-        conv.prompt_ids(), template, tools, req.tool_choice != "none" and not (grammar and grammar.kind != "tool_call"),
+        prompt_ids, template, tools, req.tool_choice != "none" and not (grammar and grammar.kind != "tool_call"),
         template.generation_starts_in_reasoning,
         grammar=grammar, engine_effort=engine_effort, conversation=conv if keep_ids else None, fingerprint=fingerprint,
+        images=conv.prompt_images(),
     )
 
 

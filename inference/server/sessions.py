@@ -17,7 +17,8 @@ from inference.chat.messages import Message
 
 def message_key(m: Message) -> tuple:
     calls = tuple((tc.name, repr(sorted(tc.arguments.items()))) for tc in m.tool_calls or [])
-    return (m.role, (m.content or "").strip(), (m.reasoning_content or "").strip(), calls, m.tool_call_id or "")
+    images = tuple((p.at, p.url) for p in m.images or [])  # a different screenshot is a different message
+    return (m.role, (m.content or "").strip(), (m.reasoning_content or "").strip(), calls, m.tool_call_id or "", images)
 
 
 class SessionStore:

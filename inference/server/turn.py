@@ -16,6 +16,7 @@ from typing import Any, AsyncIterator, Optional, Union
 from inference.chat.parser import CALL_CLOSE, ContentDelta, FormatError, ParseEvent, StreamingParser
 from inference.server.engine_bridge import submit
 from inference.server.errors import APIError
+from inference.server.images import image_inputs
 from inference.server.output_text import OutputText
 from inference.server.prompting import PreparedChat, prepare_chat, sampling_params
 from inference.server.protocol import ChatCompletionRequest
@@ -82,7 +83,7 @@ def start_turn(state, chat: ChatCompletionRequest, session_id: Optional[str], se
         prepared = prefilled_chat(state, chat, prefill)
     else:
         prepared = prepare_chat(chat, state.tokenizer, state.defaults,
-                                state.sessions if sessions is None else sessions, session_id)
+                                state.sessions if sessions is None else sessions, session_id, image_inputs(state))
     if not thinking and prepared.start_in_reasoning:
         reasoning_budget = 0
     # Forced tool calls (Anthropic tool_choice any/tool, Responses tool_choice required/named) and JSON
@@ -94,7 +95,7 @@ def start_turn(state, chat: ChatCompletionRequest, session_id: Optional[str], se
                              state.defaults, None, grammar)
     if one_tool_call and prepared.parse_tools and prepared.tools:
         params = params.model_copy(update={"stop": [*params.stop, CALL_CLOSE]})
-    gen = GenerateRequest(prompt_ids=prepared.prompt_ids, params=params, session_id=session_id,
+    gen = GenerateRequest(prompt_ids=prepared.prompt_ids, params=params, session_id=session_id, images=prepared.images,
                           reasoning_effort=prepared.engine_effort, reasoning_budget=reasoning_budget,
                           request_id=f"http-{uuid.uuid4().hex[:16]}")
     try:
@@ -108,11 +109,12 @@ def start_turn(state, chat: ChatCompletionRequest, session_id: Optional[str], se
 def prefilled_chat(state, chat: ChatCompletionRequest, prefill: str) -> PreparedChat:
     """A prompt that ends inside the assistant turn, after `prefill` (thinking off, no session: the
     client's partial turn is not a message the conversation has)."""
-    base = prepare_chat(chat, state.tokenizer, state.defaults, state.sessions, None)
+    base = prepare_chat(chat, state.tokenizer, state.defaults, state.sessions, None, image_inputs(state))
     style = base.template.style
-    text = (base.template.render(chat.messages, base.tools, add_generation_prompt=False) + "<|assistant|>"
-            + (style.thinking_off_prompt or style.empty_think) + prefill)
-    return replace(base, prompt_ids=state.tokenizer.encode(text), start_in_reasoning=False, prefill=prefill,
+    # The rendered messages (their images expanded) stay; the generation prompt gives way to the prefill.
+    opened = len(state.tokenizer.encode(base.template.generation_prompt()))
+    tail = state.tokenizer.encode("<|assistant|>" + (style.thinking_off_prompt or style.empty_think) + prefill)
+    return replace(base, prompt_ids=base.prompt_ids[:-opened] + tail, start_in_reasoning=False, prefill=prefill,
                    conversation=None)
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agent.events import Compacted, ContentDelta, MessageAppended
 from agent.tui.approval import ApprovalPolicy
 from agent.tui.commands import complete_command, parse
-from agent.tui.completion import attach, complete, mentioned_files
+from agent.tui.completion import attach, complete, mentioned_files, read_in_repo
 from agent.tui.session import Notice, SessionStore, UserTurn
 from agent.tui.workspace_ops import restore_conversation
 
@@ -44,6 +46,13 @@ def test_mentions_attach_files_inside_the_workspace_only(tmp_path):
     assert files == [(tmp_path / "a.py").resolve()]
     message = attach("explain @a.py", files, tmp_path)
     assert message.startswith("explain @a.py\n\n<attached_file path=\"a.py\">\nprint('a')")
+    # An image goes to the model as an image (agent/images.py), not as text in an <attached_file>.
+    (tmp_path / "shot.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    shots = mentioned_files("see @shot.png and @a.py", tmp_path)
+    assert attach("see @shot.png and @a.py", shots, tmp_path).count("<attached_file") == 1
+    assert read_in_repo(tmp_path, "shot.png").startswith(b"\x89PNG")
+    with pytest.raises(FileNotFoundError, match="outside the repository"):
+        read_in_repo(tmp_path, "../x.png")
 
 
 def test_sessions_persist_as_they_go_and_tolerate_a_torn_line(tmp_path):

@@ -1,7 +1,8 @@
 """An Anthropic Messages request -> the internal chat request (messages, tools, tool_choice, thinking).
 
 Content blocks map onto the GLM conversation: `thinking` -> the assistant's reasoning, `tool_use` ->
-a tool call (same id), each `tool_result` -> a tool message, text -> content. Thinking follows the
+a tool call (same id), each `tool_result` -> a tool message, text -> content, `image` blocks (in user
+content and tool results) -> image parts named `messages.i.content.j`. Thinking follows the
 Messages API: off unless `thinking` asks for it; `budget_tokens` becomes an exact engine budget
 plus the least effort level that covers it (the template's "Reasoning Effort" line).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from inference.chat.content_parts import ImagePart
 from inference.chat.messages import Message, ToolCall
 from inference.server.errors import APIError
 from inference.server.protocol import ChatCompletionRequest, FunctionName, NamedToolChoice, TemplateKwargs
@@ -140,21 +142,25 @@ def _assistant(blocks, where: str) -> Message:
 
 
 def _user(blocks, where: str) -> list[Message]:
-    """Tool results become tool messages, text becomes user messages, in their order."""
+    """Tool results become tool messages, text (and images) become user messages, in their order."""
     out: list[Message] = []
     text: list[str] = []
+    images: list[ImagePart] = []
 
     def flush() -> None:
-        if text:
-            out.append(Message.user("".join(text)))
+        if text or images:
+            out.append(Message.user("".join(text), images or None))
             text.clear()
+            images.clear()
 
     for j, block in enumerate(blocks):
         if isinstance(block, ToolResultBlock):
             flush()
-            body = _result_text(block, f"{where}.{j}.content")
-            out.append(Message.tool("Error: " + body if block.is_error else body, tool_call_id=block.tool_use_id))
-        elif isinstance(block, (TextBlock, ImageBlock, DocumentBlock)):
+            body, shots = _result(block, f"{where}.{j}.content")
+            out.append(Message.tool(body, tool_call_id=block.tool_use_id, images=shots or None))
+        elif isinstance(block, ImageBlock):
+            images.append(_image(block, f"{where}.{j}", sum(map(len, text))))
+        elif isinstance(block, (TextBlock, DocumentBlock)):
             text.append(_text_of(block, f"{where}.{j}"))
         else:
             raise APIError(400, f"{where}.{j}: a {block.type!r} block cannot be in a user message",
@@ -163,10 +169,34 @@ def _user(blocks, where: str) -> list[Message]:
     return out
 
 
-def _result_text(block: ToolResultBlock, where: str) -> str:
+def _result(block: ToolResultBlock, where: str) -> tuple[str, list[ImagePart]]:
+    """A tool_result's text and images (a screenshot a tool returned)."""
+    prefix = "Error: " if block.is_error else ""
     if isinstance(block.content, str):
-        return block.content
-    return "\n".join(_text_of(part, f"{where}.{k}") for k, part in enumerate(block.content))
+        return prefix + block.content, []
+    pieces, images, length = [], [], len(prefix)
+    for k, part in enumerate(block.content):
+        if isinstance(part, ImageBlock):
+            images.append(_image(part, f"{where}.{k}", length))
+            continue
+        piece = ("\n" if pieces else "") + _text_of(part, f"{where}.{k}")
+        pieces.append(piece)
+        length += len(piece)
+    return prefix + "".join(pieces), images
+
+
+def _image(block: ImageBlock, where: str, at: int) -> ImagePart:
+    """base64 sources become data: URLs; a url source stays a URL (refused when decoded: no fetches)."""
+    source = block.source
+    kind = source.get("type")
+    if kind == "base64" and isinstance(source.get("data"), str) and isinstance(source.get("media_type"), str):
+        url = f"data:{source['media_type']};base64,{source['data']}"
+    elif kind == "url" and isinstance(source.get("url"), str) and source["url"]:
+        url = source["url"]
+    else:
+        raise APIError(400, f"{where}: image source type {kind!r} is not supported (expected base64 with "
+                       "media_type and data)", param=where)
+    return ImagePart(url=url, at=at, where=where)
 
 
 def _text_of(block, where: str) -> str:
@@ -176,5 +206,5 @@ def _text_of(block, where: str) -> str:
         return str(block.source.get("data", ""))
     if isinstance(block, (ImageBlock, DocumentBlock)):
         raise APIError(400, f"{where}: {block.type!r} blocks with a {block.source.get('type')!r} source are not "
-                       "supported: the model reads text only", param=where)
+                       "supported here: the model reads text and images in user and tool_result content", param=where)
     raise APIError(400, f"{where}: a {block.type!r} block is not text", param=where)

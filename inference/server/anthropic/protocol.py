@@ -2,8 +2,8 @@
 
 Block and tool shapes follow the public API; fields that only steer Anthropic's own service
 (`cache_control`, `citations`, `metadata`, `service_tier`, beta switches) are accepted and ignored,
-since clients such as Claude Code send them on every request. What the model cannot do (images,
-server tools) is refused with a 400 rather than silently dropped.
+since clients such as Claude Code send them on every request. What the model cannot do (server
+tools; images on a text-only checkpoint) is refused with a 400 rather than silently dropped.
 """
 
 from __future__ import annotations

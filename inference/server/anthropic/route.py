@@ -19,6 +19,7 @@ from inference.server.anthropic.errors import AnthropicRoute, error_event
 from inference.server.anthropic.protocol import CountTokensRequest, MessagesRequest
 from inference.server.anthropic.reply import AnthropicReply, sse_event
 from inference.server.errors import APIError
+from inference.server.images import decode_images, image_inputs
 from inference.server.prompting import prepare_chat
 from inference.server.streaming import sse_response, until_disconnected
 from inference.server.turn import Turn, TurnEnd, prefilled_chat, start_turn, turn_events
@@ -37,6 +38,7 @@ def anthropic_router(state) -> APIRouter:
         x_session_id = x_session_id or _conversation_key(x_claude_code_session_id, body)
         chat, plan = to_chat(body, state.engine, state.model_name)
         with state.admit():
+            await decode_images(state, chat.messages)
             turn = start_turn(state, chat, x_session_id, reasoning_budget=plan.budget, thinking=plan.enabled,
                               prefill=plan.prefill,
                               one_tool_call=getattr(body.tool_choice, "disable_parallel_tool_use", False))
@@ -51,7 +53,7 @@ def anthropic_router(state) -> APIRouter:
         chat, plan = to_chat(body, state.engine, state.model_name)
         if plan.prefill:
             return {"input_tokens": len(prefilled_chat(state, chat, plan.prefill).prompt_ids)}
-        prepared = prepare_chat(chat, state.tokenizer, state.defaults, state.sessions, None)
+        prepared = prepare_chat(chat, state.tokenizer, state.defaults, state.sessions, None, image_inputs(state))
         return {"input_tokens": len(prepared.prompt_ids)}
 
     return router

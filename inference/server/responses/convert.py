@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 from typing import Optional
 
+from inference.chat.content_parts import ImagePart
 from inference.chat.messages import Message, ToolCall
 from inference.server.errors import APIError
 from inference.server.protocol import ChatCompletionRequest, FunctionName, NamedToolChoice
 from inference.server.responses.protocol import (
-    FilePart, FunctionCallItem, FunctionCallOutputItem, FunctionChoice, MessageItem, ReasoningItem, RefusalPart,
-    ResponsesRequest,
+    FilePart, FunctionCallItem, FunctionCallOutputItem, FunctionChoice, InputImagePart, MessageItem, ReasoningItem,
+    RefusalPart, ResponsesRequest,
 )
 from inference.server.turn import build_chat
 
@@ -40,10 +41,12 @@ def input_messages(req: ResponsesRequest) -> list[Message]:
         if not assistant_side:
             flush()
             if isinstance(item, FunctionCallOutputItem):
-                out.append(Message.tool(_text(item.output, f"{where}.output"), tool_call_id=item.call_id))
+                text, images = _content(item.output, f"{where}.output")
+                out.append(Message.tool(text, tool_call_id=item.call_id, images=images or None))
             else:
                 role = "user" if item.role == "user" else "system"  # developer instructions are system text
-                out.append(Message(role=role, content=_text(item.content, f"{where}.content")))
+                text, images = _content(item.content, f"{where}.content", images=role == "user")
+                out.append(Message(role=role, content=text, images=images or None))
             continue
         # A new turn starts with reasoning after text or calls, or with text after calls.
         if turn is not None and ((isinstance(item, ReasoningItem) and (turn["text"] or turn["calls"]))
@@ -92,15 +95,29 @@ def _tool_choice(choice):
 
 
 def _text(content, where: str) -> str:
+    return _content(content, where, images=False)[0]
+
+
+def _content(content, where: str, images: bool = True) -> tuple[str, list[ImagePart]]:
+    """Parts -> (text, images at their offsets); `images=False` where a message cannot hold them."""
     if isinstance(content, str):
-        return content
-    pieces = []
+        return content, []
+    pieces: list[str] = []
+    found: list[ImagePart] = []
     for k, part in enumerate(content):
-        if isinstance(part, FilePart):
-            raise APIError(400, f"{where}.{k}: {part.type!r} parts are not supported: the model reads text only",
-                           param=f"{where}.{k}")
-        pieces.append(part.refusal if isinstance(part, RefusalPart) else part.text)
-    return "".join(pieces)
+        name = f"{where}.{k}"
+        if isinstance(part, InputImagePart) and images:
+            if not part.image_url:
+                raise APIError(400, f"{name}: input_image needs image_url (a data:image/...;base64, URL); "
+                               "file_id is not supported (no files API)", param=name)
+            found.append(ImagePart(url=part.image_url, at=sum(map(len, pieces)), where=name))
+        elif isinstance(part, (FilePart, InputImagePart)):
+            what = "here (only user messages and function_call_output take images)" if isinstance(
+                part, InputImagePart) else "(the model reads text and images)"
+            raise APIError(400, f"{name}: {part.type!r} parts are not supported {what}", param=name)
+        else:
+            pieces.append(part.refusal if isinstance(part, RefusalPart) else part.text)
+    return "".join(pieces), found
 
 
 def _arguments(item: FunctionCallItem, where: str) -> dict:

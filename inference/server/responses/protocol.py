@@ -27,13 +27,22 @@ class RefusalPart(_Item):
     refusal: str
 
 
+class InputImagePart(_Item):
+    """An image: a data: URL in image_url (a remote URL or a file_id is refused: no fetches, no files API)."""
+
+    type: Literal["input_image"]
+    image_url: Optional[str] = None
+    file_id: Optional[str] = None
+    detail: Optional[str] = None
+
+
 class FilePart(_Item):
-    """Images, files and audio: refused at conversion (the model reads text only)."""
+    """Files and audio: refused at conversion (the model reads text and images)."""
 
-    type: Literal["input_image", "input_file", "input_audio"]
+    type: Literal["input_file", "input_audio"]
 
 
-Part = Annotated[Union[TextPart, RefusalPart, FilePart], Field(discriminator="type")]
+Part = Annotated[Union[TextPart, RefusalPart, InputImagePart, FilePart], Field(discriminator="type")]
 
 
 class MessageItem(_Item):

@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse
 
 from inference.chat.messages import Message
 from inference.server.errors import APIError
+from inference.server.images import decode_images, image_inputs
 from inference.server.prompting import prepare_chat
 from inference.server.responses.convert import input_messages, to_chat
 from inference.server.responses.protocol import InputTokensRequest, ResponsesRequest
@@ -41,6 +42,7 @@ def responses_router(state, store: Optional[ResponseStore] = None) -> APIRouter:
         chain = previous.chain if previous else f"resp-chain-{uuid.uuid4().hex[:16]}"
         session_id = body.prompt_cache_key or (chain if body.store or previous else None)
         with state.admit():
+            await decode_images(state, chat.messages)
             turn = start_turn(state, chat, session_id, sessions=ForkView(previous) if previous else None,
                               one_tool_call=body.parallel_tool_calls is False)
             namespaces = {t.name: ns for ns, t in body.function_tools() if ns is not None}
@@ -56,7 +58,8 @@ def responses_router(state, store: Optional[ResponseStore] = None) -> APIRouter:
         """The prompt a create with this body would run, counted (a continuation: the forked ids)."""
         previous, _, chat = _conversation(state, store, body)
         sessions = ForkView(previous) if previous else state.sessions
-        prepared = prepare_chat(chat, state.tokenizer, state.defaults, sessions, "count" if previous else None)
+        prepared = prepare_chat(chat, state.tokenizer, state.defaults, sessions, "count" if previous else None,
+                                image_inputs(state))
         return {"object": "response.input_tokens", "input_tokens": len(prepared.prompt_ids)}
 
     @router.get("/v1/responses/{response_id}")

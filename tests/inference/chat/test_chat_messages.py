@@ -26,7 +26,9 @@ def test_openai_shapes_round_trip():
 
 
 @pytest.mark.parametrize("data, fragment", [
-    ({"role": "user", "content": [{"type": "image_url", "image_url": {}}]}, "only text parts"),
+    ({"role": "user", "content": [{"type": "image_url", "image_url": {}}]}, r"content\[0\]: image_url.url missing"),
+    ({"role": "user", "content": ["x", {"type": "input_audio", "input_audio": {}}]}, r"content\[1\]: expected a text or"),
+    ({"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}, "only user and tool"),
     ({"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{oops"}}]}, "arguments"),
     ({"role": "user", "tool_calls": [{"id": "c", "name": "f", "arguments": {}}]}, "only assistant messages"),
     ({"role": "robot", "content": "x"}, "role"),

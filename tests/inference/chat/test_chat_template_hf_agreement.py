@@ -50,3 +50,30 @@ def test_transformers_apply_chat_template_agrees(variant, tmp_path):
 def test_shipped_template_file_is_the_variant_template(tmp_path):
     write_tokenizer_files(tmp_path, variant="glm-5.3-flash")
     assert (tmp_path / "chat_template.jinja").read_text() == ChatTemplate("glm-5.3-flash").jinja_source()
+
+
+def test_flash_template_places_images_where_transformers_does(tmp_path):
+    """Image parts (a user message's and a tool result's) render as GLM-V placeholders at their
+    place in the text, in ChatTemplate and in the shipped Jinja alike."""
+    from transformers import AutoTokenizer
+
+    from inference.chat.messages import Message, ToolCall
+
+    write_tokenizer_files(tmp_path, variant="glm-5.3-flash")
+    hf = AutoTokenizer.from_pretrained(tmp_path)
+    url = "data:image/png;base64,iVBORw0KGgo="
+    user = Message.model_validate({"role": "user", "content": [
+        {"type": "text", "text": "Compare "}, {"type": "image_url", "image_url": {"url": url}},
+        {"type": "text", "text": " with"}, {"type": "image_url", "image_url": url}]})
+    msgs = [Message.system("Look closely."), user,
+            Message.assistant("", "check it", [ToolCall(id="c1", name="view", arguments={"path": "a.png"})]),
+            Message.model_validate({"role": "tool", "tool_call_id": "c1", "content": [
+                {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "a.png (4x4)"}]})]
+    tpl = ChatTemplate("glm-5.3-flash")
+    ours = tpl.render(msgs, TOOLS)
+    ref = hf.apply_chat_template([m.to_template_dict() for m in msgs], tools=[t.to_openai() for t in TOOLS],
+                                 tokenize=False, add_generation_prompt=True, **tpl.template_kwargs())
+    assert ours == ref
+    image = "<|begin_of_image|><|image|><|end_of_image|>"
+    assert f"<|user|>Compare {image} with{image}<|assistant|>" in ours
+    assert f"<tool_response>{image}a.png (4x4)</tool_response>" in ours

@@ -52,6 +52,27 @@ def test_flash_benchmark_quick_reports_ratios(tmp_path):
         assert result[key] > 0
 
 
+def test_image_inputs_benchmark_quick(tmp_path):
+    """benchmarks/image_inputs.py --quick: our pixel rows equal transformers' (it asserts so) and it
+    reports the per-image costs and bytes, ours vs transformers'."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_image_inputs", ROOT / "benchmarks" / "image_inputs.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)  # in-process: this session has torch and transformers loaded already
+    out = tmp_path / "images.json"
+    threads = torch.get_num_threads()
+    try:
+        assert bench.main(["--quick", "--json", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    (result,) = json.loads(out.read_text())
+    assert result["image"] == "640x400" and result["image_tokens"] == (644 // 28) * (420 // 28)
+    assert result["held_bytes_ours"] * 8 == result["held_bytes_hf"]  # uint8 canvas vs fp32 rows x temporal 2
+    for key in ("first_sight_ratio", "resent_ratio", "hf_ms", "ours_prepare_ms", "ours_patchify_ms"):
+        assert result[key] > 0
+
+
 def test_info_reports_cache_per_token_and_state_per_sequence(tmp_path, capsys):
     out = tmp_path / "flash"
     assert _cli(["init-random", str(out), "--preset", "flash-tiny"]) == 0

@@ -63,3 +63,24 @@ def test_local_paths_only_where_allowed(tmp_path):
     assert load_image(part, "content[0]", allow_paths=True).size == (30, 20)
     with pytest.raises(ImageInputError, match="unsupported image URL"):
         load_image(part, "content[0]")
+
+
+def test_transparency_is_white_and_truncated_bytes_are_refused():
+    """Screenshots are often RGBA: transparent pixels become white as in transformers' convert_to_rgb,
+    not the colour their hidden RGB holds; a PNG cut short is an error naming the part."""
+    from transformers.models.glm5_next.image_processing_pil_glm5_next import Glm5NextImageProcessorPil
+
+    rgba = np.random.default_rng(3).integers(0, 256, (60, 90, 4), dtype=np.uint8)
+    rgba[:30, :, 3] = 0  # the top half fully transparent
+    image = PIL.fromarray(rgba, "RGBA")
+    decoded = load_image(_data_url(image), "content[0]")
+    assert decoded.mode == "RGB" and (np.asarray(decoded)[:30] == 255).all()
+    ref = Glm5NextImageProcessorPil()(images=[image], return_tensors="pt")
+    pixels, grid = preprocess([image])
+    assert grid.tolist() == ref["image_grid_thw"].tolist()
+    assert torch.allclose(pixels, ref["pixel_values"].float(), atol=1e-5)
+    url = _data_url(_image(64, 64, seed=4))
+    raw = base64.b64decode(url.split(",", 1)[1])
+    cut = "data:image/png;base64," + base64.b64encode(raw[: len(raw) // 2]).decode()
+    with pytest.raises(ImageInputError, match=r"content\[7\]: the image bytes do not decode"):
+        load_image(cut, "content[7]")
