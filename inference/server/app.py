@@ -12,7 +12,7 @@ import contextlib
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
 from fastapi import FastAPI, Header, Request
 
@@ -90,16 +90,8 @@ def create_app(state: ServerState) -> FastAPI:
                                     session_id, ChatReply(state.model_name, i, reply_id, created),
                                     standalone=body.n == 1)
                        for i in range(body.n)]
-            if body.n == 1:
-                stream = streams[0]
-            elif body.stream:
-                last = ChatReply(state.model_name, 0, reply_id, created)
-                stream = merge_streams(streams, lambda usage: last.usage_chunk(usage) if _wants_usage(body) else None)
-            else:
-                stream = merge_responses(streams)
-            if body.stream:
-                return sse_response(state, stream, _error_chunk)
-            return await until_disconnected(request, stream)
+            closing = ChatReply(state.model_name, 0, reply_id, created)
+            return await _deliver(state, request, body, streams, closing.usage_chunk)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request,
@@ -126,20 +118,12 @@ def create_app(state: ServerState) -> FastAPI:
             prompt_scores = (prompt_ids, await _prompt_logprobs(state, prompt_ids, body.logprobs)) \
                 if body.echo and want_logprobs else None
             cid, created = new_id("cmpl"), int(time.time())
-            streams = [_completion_events(state, body, gen, submit_or_400(state.engine, gen), body.stream, echoed, prompt_scores,
-                                          index=i, cid=cid, created=created, standalone=body.n == 1)
+            streams = [_completion_events(state, body, gen, submit_or_400(state.engine, gen), body.stream, echoed,
+                                          prompt_scores, index=i, cid=cid, created=created, standalone=body.n == 1)
                        for i, gen in enumerate(gens)]
-            if body.n == 1:
-                stream = streams[0]
-            elif body.stream:
-                envelope = {"id": cid, "object": "text_completion", "created": created, "model": state.model_name}
-                stream = merge_streams(streams, lambda usage: sse({**envelope, "choices": [], "usage": usage})
-                                       if _wants_usage(body) else None)
-            else:
-                stream = merge_responses(streams)
-            if body.stream:
-                return sse_response(state, stream, _error_chunk)
-            return await until_disconnected(request, stream)
+            envelope = {"id": cid, "object": "text_completion", "created": created, "model": state.model_name}
+            return await _deliver(state, request, body, streams,
+                                  lambda usage: sse({**envelope, "choices": [], "usage": usage}))
 
     return app
 
@@ -263,6 +247,21 @@ async def _completion_events(state: ServerState, body: CompletionRequest, gen, d
     out = body_of("".join(pieces), "length" if reason == "length" else "stop", lps)
     out["usage"] = usage_body(usage) if usage is not None else None
     yield out
+
+
+async def _deliver(state: ServerState, request: Request, body: SamplingFields, streams: list[AsyncIterator],
+                   usage_chunk: Callable[[dict], str]):
+    """The reply: one choice's stream as it is, or n > 1 merged (chunks interleaved, closed by
+    `usage_chunk(merged usage)` when stream_options asks; or one body); as SSE or as one JSON body."""
+    if len(streams) == 1:
+        stream = streams[0]
+    elif body.stream:
+        stream = merge_streams(streams, lambda usage: usage_chunk(usage) if _wants_usage(body) else None)
+    else:
+        stream = merge_responses(streams)
+    if body.stream:
+        return sse_response(state, stream, _error_chunk)
+    return await until_disconnected(request, stream)
 
 
 def _error_chunk(exc: APIError) -> str:
