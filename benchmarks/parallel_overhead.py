@@ -130,7 +130,8 @@ def main(argv=None) -> int:
     for phase in r1:
         a, b = r1[phase], r2[phase]
         rows.append({
-            "phase": phase, "preset": preset, "dtype": args.dtype, "reduce_dtype": args.reduce_dtype, "tp1_s": a["seconds_per_step"], "tp2_s": b["seconds_per_step"],
+            "phase": phase, "preset": preset, "dtype": args.dtype, "reduce_dtype": args.reduce_dtype,
+            "tp1_s": a["seconds_per_step"], "tp2_s": b["seconds_per_step"],
             "tp2_over_tp1": b["seconds_per_step"] / a["seconds_per_step"],
             "collectives_per_step": b["per_step"]["calls"], "bytes_per_step": b["per_step"]["bytes"],
             "commands_per_step": b["commands_per_step"],

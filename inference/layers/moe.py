@@ -109,7 +109,8 @@ class RoutedExperts(nn.Module):
         if self.is_sharded:
             ids = self.local_ids(ids)
         if kernels is not None:
-            return kernel_path.routed_experts(x, self.gate_up_proj, self.down_proj, ids, weights, kernels).to(out_dtype or x.dtype)
+            routed = kernel_path.routed_experts(x, self.gate_up_proj, self.down_proj, ids, weights, kernels)
+            return routed.to(out_dtype or x.dtype)
         return self.grouped(x, ids, weights, self.gate_up_proj, self.down_proj, out_dtype)
 
     def grouped(self, x, ids, weights, gate_up: torch.Tensor, down: torch.Tensor,

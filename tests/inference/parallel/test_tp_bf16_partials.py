@@ -24,8 +24,8 @@ WORLD = 2
 
 def _ranks(ckpt, reduce_fp32: bool) -> list:
     comms = ThreadComm.group(WORLD)
-    return [load_model(ckpt, dtype=torch.bfloat16, parallel=ParallelState(WORLD, r, WORLD, comms[r], reduce_fp32=reduce_fp32))
-            for r in range(WORLD)]
+    states = [ParallelState(WORLD, r, WORLD, comms[r], reduce_fp32=reduce_fp32) for r in range(WORLD)]
+    return [load_model(ckpt, dtype=torch.bfloat16, parallel=s) for s in states]
 
 
 def _first_layer_output(model) -> list:
