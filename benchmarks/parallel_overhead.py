@@ -11,11 +11,14 @@ NVLink is microseconds.
 
 Printed per phase: seconds per step for each, their ratio, and per TP=2 step the collectives,
 bytes all-reduced and gathered, and control-plane commands; plus the bytes the same step would
-all-reduce at GLM-5.3's real shape (78 layers x 2 all-reduces x tokens x 6144 x 2 B bf16, plus
-the embedding's and the logits gather).
+all-reduce at GLM-5.3's real shape (78 layers x 2 all-reduces x tokens x 6144 x 4 B, the bf16
+model's partial sums reduced in fp32, or 2 B with --reduce-dtype model; plus the embedding's in
+bf16 and the logits gather).
 
     python benchmarks/parallel_overhead.py           # small preset
     python benchmarks/parallel_overhead.py --quick   # tiny preset, a few tokens (CI)
+    python benchmarks/parallel_overhead.py --quick --dtype bfloat16 [--reduce-dtype model]
+                                                     # bf16: partial sums reduced in fp32 (2x bytes) or bf16
 """
 
 from __future__ import annotations
@@ -37,9 +40,11 @@ from inference.random_checkpoint import write_random_checkpoint  # noqa: E402
 REAL = dict(layers=78, hidden=6144, vocab=154880, bytes=2)
 
 
-def real_bytes_per_step(tokens: int, logit_rows: int) -> int:
-    """All-reduce + gather payload of one GLM-5.3 forward (bf16), as counted on the leader."""
-    all_reduce = (2 * REAL["layers"] + 1) * tokens * REAL["hidden"] * REAL["bytes"]
+def real_bytes_per_step(tokens: int, logit_rows: int, reduce_fp32: bool = True) -> int:
+    """All-reduce + gather payload of one GLM-5.3 forward (bf16 activations), as counted on the
+    leader: the layers' partial sums travel in fp32 unless reduced in the model dtype."""
+    layer_bytes = 4 if reduce_fp32 else REAL["bytes"]
+    all_reduce = (2 * REAL["layers"] * layer_bytes + REAL["bytes"]) * tokens * REAL["hidden"]
     gather = logit_rows * (REAL["vocab"] // 8) * REAL["bytes"]
     return all_reduce + gather
 
@@ -100,19 +105,23 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=16)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    ap.add_argument("--reduce-dtype", choices=["float32", "model"], default="float32",
+                    help="TP=2's bf16 partial sums kept and reduced in fp32 (default) or in the model dtype")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     preset = "tiny" if args.quick else "small"
     prompt, new, reps = (32, 4, 1) if args.quick else (args.prompt, args.new_tokens, args.reps)
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = write_random_checkpoint(Path(tmp) / preset, preset=preset, seed=0)
-        base = dict(dtype="float32", kv_budget_tokens=max(4096, (prompt + 64) * args.batch), enable_prefix_cache=False)
+        base = dict(dtype=args.dtype, kv_budget_tokens=max(4096, (prompt + 64) * args.batch), enable_prefix_cache=False)
         torch.set_num_threads(2)
         one = Engine(ckpt, EngineConfig(**base))
         r1 = measure(one, prompt, args.batch, new, reps)
         one.shutdown()
         torch.set_num_threads(1)
-        two = Engine(ckpt, EngineConfig(**base, parallel={"tensor_parallel_size": 2, "threads_per_rank": 1}))
+        two = Engine(ckpt, EngineConfig(**base, parallel={"tensor_parallel_size": 2, "threads_per_rank": 1,
+                                                          "reduce_dtype": args.reduce_dtype}))
         try:
             r2 = measure(two, prompt, args.batch, new, reps)
         finally:
@@ -121,11 +130,13 @@ def main(argv=None) -> int:
     for phase in r1:
         a, b = r1[phase], r2[phase]
         rows.append({
-            "phase": phase, "preset": preset, "tp1_s": a["seconds_per_step"], "tp2_s": b["seconds_per_step"],
+            "phase": phase, "preset": preset, "dtype": args.dtype, "reduce_dtype": args.reduce_dtype,
+            "tp1_s": a["seconds_per_step"], "tp2_s": b["seconds_per_step"],
             "tp2_over_tp1": b["seconds_per_step"] / a["seconds_per_step"],
             "collectives_per_step": b["per_step"]["calls"], "bytes_per_step": b["per_step"]["bytes"],
             "commands_per_step": b["commands_per_step"],
-            "glm53_bytes_per_step": real_bytes_per_step(b["tokens"], 1 if phase == "prefill" else b["tokens"]),
+            "glm53_bytes_per_step": real_bytes_per_step(b["tokens"], 1 if phase == "prefill" else b["tokens"],
+                                                        args.reduce_dtype == "float32"),
         })
     if args.json:
         print(json.dumps(rows, indent=2))

@@ -107,34 +107,22 @@ def _init_random(args: argparse.Namespace) -> int:
 
 def describe(path: Path) -> dict:
     import torch
-    from safetensors import safe_open
 
     from inference.config import ModelConfig
     from inference.kv_cache import kv_bytes_per_token
-    from inference.loader import checkpoint_files
+    from inference.loader import checkpoint_files, tensor_sizes
 
     config = ModelConfig.from_pretrained(path)
     files = checkpoint_files(path)
-    params = mtp_params = 0
-    fp8 = False
+    sizes = tensor_sizes(files)
+    weights = {name: n for name, n in sizes.items() if not name.endswith("_scale_inv")}  # FP8 scales are not parameters
     mtp_prefix = f"model.layers.{config.num_hidden_layers}."
-    for file in sorted(set(files.values())):
-        with safe_open(file, framework="pt") as sf:
-            for name in sf.keys():
-                if name.endswith("_scale_inv"):
-                    fp8 = True
-                    continue
-                n = 1
-                for d in sf.get_slice(name).get_shape():
-                    n *= d
-                params += n
-                mtp_params += n if name.startswith(mtp_prefix) else 0
     return {
         "path": str(path),
         "config": config.summary(),
-        "parameters": params,
-        "mtp_parameters": mtp_params,
-        "fp8_weights": fp8,
+        "parameters": sum(weights.values()),
+        "mtp_parameters": sum(n for name, n in weights.items() if name.startswith(mtp_prefix)),
+        "fp8_weights": len(weights) < len(sizes),  # some tensors are FP8 block scales
         "shards": len(set(files.values())),
         "kv_bytes_per_token_bf16": kv_bytes_per_token(config, torch.bfloat16),
         "kv_bytes_per_token_fp32": kv_bytes_per_token(config, torch.float32),

@@ -42,6 +42,9 @@ def register(subparsers) -> None:
     p.add_argument("--dist-backend", choices=["auto", "gloo", "nccl"], default="auto")
     p.add_argument("--dist-timeout", type=float, default=120.0,
                    help="seconds a collective may wait before a hung or dead rank fails the server")
+    p.add_argument("--reduce-dtype", choices=["float32", "model"], default="float32",
+                   help="bf16/fp16 tensor-parallel partial sums reduced in fp32 (default; twice the bytes) or in "
+                        "the model dtype")
     p.add_argument("--log-level", default="info")
     p.set_defaults(func=_serve)
 
@@ -55,7 +58,7 @@ def _serve(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     parallel = {"tensor_parallel_size": args.tp, "expert_parallel_size": args.ep,
-                "backend": args.dist_backend, "timeout_s": args.dist_timeout}
+                "backend": args.dist_backend, "timeout_s": args.dist_timeout, "reduce_dtype": args.reduce_dtype}
     try:
         config = default_engine_config(
             args.model, device=args.device, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,

@@ -14,20 +14,18 @@ the reference implementations disagree on are explicit fields:
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from inference.checkpoint_config import (
+    CheckpointConfig, ConfigError, eos_ids, fp8_block_size, indexer_types_by_frequency, typed,
+)
 
 SUPPORTED_MODEL_TYPES = ("glm_moe_dsa",)
 
 
-class ConfigError(ValueError):
-    """A config.json that this model cannot run; the message names the field."""
-
-
 @dataclass(frozen=True)
-class ModelConfig:
+class ModelConfig(CheckpointConfig):
     vocab_size: int = 154880
     hidden_size: int = 6144
     intermediate_size: int = 12288
@@ -71,16 +69,7 @@ class ModelConfig:
     model_type: str = "glm_moe_dsa"
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    # ---- derived values -------------------------------------------------------------------
-    @property
-    def qk_head_dim(self) -> int:
-        return self.qk_nope_head_dim + self.qk_rope_head_dim
-
-    @property
-    def softmax_scale(self) -> float:
-        # rope_type is always "default" (validated), so there is no YaRN mscale.
-        return self.qk_head_dim**-0.5
-
+    # ---- derived values (qk_head_dim, softmax_scale: CheckpointConfig) -----------------------
     @property
     def latent_dim(self) -> int:
         """Width of one cached MLA row: normalized latent followed by the rotated rope key."""
@@ -108,21 +97,8 @@ class ModelConfig:
 
     # ---- construction ---------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path: str | Path, **overrides: Any) -> ModelConfig:
-        path = Path(path)
-        file = path / "config.json" if path.is_dir() else path
-        if not file.is_file():
-            raise ConfigError(f"no config.json at {file}")
-        try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{file} is not valid JSON: {exc}") from exc
-        data.update(overrides)
-        return cls.from_dict(data)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        d = dict(data)
+    def from_dict(cls, data: dict[str, Any], **overrides: Any) -> ModelConfig:
+        d = {**data, **overrides}
         model_type = d.get("model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise ConfigError(
@@ -130,23 +106,19 @@ class ModelConfig:
             )
         if "text_config" in d:
             raise ConfigError("text_config: multimodal configs are not supported (expected a glm_moe_dsa text config)")
-        known = {f.name for f in fields(cls)}
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name in d and f.name not in ("indexer_types", "mlp_layer_types", "eos_token_id", "extra"):
-                values[f.name] = _typed(f.name, d[f.name], f.type)
+        values = cls.typed_fields(d, skip=("indexer_types", "mlp_layer_types", "eos_token_id", "extra"))
         if "num_experts" in d and "n_routed_experts" not in d:  # transformers' BC alias
-            values["n_routed_experts"] = _typed("num_experts", d["num_experts"], "int")
+            values["n_routed_experts"] = typed("num_experts", d["num_experts"], "int")
         values["rope_theta"], values["rope_type"] = _rope(d)
-        values["latent_norm_eps"] = _typed(
+        values["latent_norm_eps"] = typed(
             "latent_norm_eps", d.get("latent_norm_eps", values.get("rms_norm_eps", cls.rms_norm_eps)), "float"
         )
         n_layers = values.get("num_hidden_layers", cls.num_hidden_layers)
         values["indexer_types"] = _indexer_types(d, n_layers)
         values["mlp_layer_types"] = _mlp_layer_types(d, n_layers, values.get("first_k_dense_replace", 3))
-        values["eos_token_id"] = _eos(d.get("eos_token_id"))
-        values["weight_block_size"] = _block_size(d.get("quantization_config"))
-        values["extra"] = {k: v for k, v in d.items() if k not in known}
+        values["eos_token_id"] = eos_ids(d.get("eos_token_id"))
+        values["weight_block_size"] = fp8_block_size(d.get("quantization_config"))
+        values["extra"] = cls.unknown_keys(d)
         config = cls(**values)
         config.validate()
         return config
@@ -185,12 +157,8 @@ class ModelConfig:
             "v_head_dim", "n_routed_experts", "num_experts_per_tok", "n_group", "topk_group", "index_topk",
             "index_n_heads", "index_head_dim",
         ]  # fmt: skip
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name}={getattr(self, name)}: expected a positive integer")
-        for name in ("rms_norm_eps", "latent_norm_eps", "rope_theta"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name}={getattr(self, name)}: expected a positive number")
+        self.check_positive(positive)
+        self.check_positive(("rms_norm_eps", "latent_norm_eps", "rope_theta"), integer=False)
         if self.qk_rope_head_dim % 2:
             raise ConfigError(f"qk_rope_head_dim={self.qk_rope_head_dim}: expected an even number (RoPE pairs)")
         if self.index_head_dim < self.qk_rope_head_dim:
@@ -258,28 +226,6 @@ class ModelConfig:
         }
 
 
-def _typed(name: str, value: Any, type_name: Any) -> Any:
-    t = str(type_name)
-    if t == "bool":
-        if isinstance(value, bool):
-            return value
-    elif t == "int":
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif t == "float":
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif t == "str":
-        if isinstance(value, str):
-            return value
-    elif t == "int | None":
-        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
-            return value
-    else:
-        return value
-    raise ConfigError(f"config field {name}={value!r}: expected {t}")
-
-
 def _rope(d: dict[str, Any]) -> tuple[float, str]:
     params = d.get("rope_parameters") or d.get("rope_scaling") or {}
     if not isinstance(params, dict):
@@ -293,7 +239,7 @@ def _rope(d: dict[str, Any]) -> tuple[float, str]:
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type != "default":
         raise ConfigError(f"rope_parameters.rope_type={rope_type!r}: only 'default' RoPE is supported")
-    return _typed("rope_theta", theta, "float"), rope_type
+    return typed("rope_theta", theta, "float"), rope_type
 
 
 def _indexer_types(d: dict[str, Any], n_layers: int) -> tuple[str, ...]:
@@ -310,9 +256,9 @@ def _indexer_types(d: dict[str, Any], n_layers: int) -> tuple[str, ...]:
         else:
             types = list(pattern)
     else:
-        freq = max(_typed("index_topk_freq", d.get("index_topk_freq") or 1, "int"), 1)
-        offset = _typed("index_skip_topk_offset", d.get("index_skip_topk_offset", 2), "int")
-        return tuple("full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n_layers))
+        freq = max(typed("index_topk_freq", d.get("index_topk_freq") or 1, "int"), 1)
+        offset = typed("index_skip_topk_offset", d.get("index_skip_topk_offset", 2), "int")
+        return indexer_types_by_frequency(freq, offset, n_layers)
     if len(types) != n_layers:
         raise ConfigError(f"{source}: {len(types)} entries, expected num_hidden_layers={n_layers}")
     bad = sorted({t for t in types if t not in ("full", "shared")})
@@ -332,24 +278,3 @@ def _mlp_layer_types(d: dict[str, Any], n_layers: int, first_k_dense: int) -> tu
     if bad:
         raise ConfigError(f"mlp_layer_types: unexpected values {bad}, expected 'dense' or 'sparse'")
     return tuple(types)
-
-
-def _eos(value: Any) -> tuple[int, ...]:
-    if value is None:
-        return ()
-    items = value if isinstance(value, list) else [value]
-    return tuple(_typed("eos_token_id", v, "int") for v in items)
-
-
-def _block_size(qc: Any) -> tuple[int, int] | None:
-    if not qc:
-        return None
-    if not isinstance(qc, dict):
-        raise ConfigError(f"quantization_config={qc!r}: expected a dict")
-    method = qc.get("quant_method")
-    if method != "fp8":
-        raise ConfigError(f"quantization_config.quant_method={method!r}: only 'fp8' block quantization is supported")
-    block = qc.get("weight_block_size", [128, 128])
-    if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) for b in block)):
-        raise ConfigError(f"quantization_config.weight_block_size={block!r}: expected [rows, cols]")
-    return (block[0], block[1])

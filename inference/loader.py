@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import resource
 from collections import defaultdict
@@ -69,6 +70,16 @@ def checkpoint_files(path: Path) -> dict[str, Path]:
         with safe_open(f, framework="pt") as sf:
             out.update({name: f for name in sf.keys()})
     return out
+
+
+def tensor_sizes(files: dict[str, Path]) -> dict[str, int]:
+    """Every tensor in the shards of `checkpoint_files` -> its element count, from the shard headers
+    (no tensor data is read)."""
+    sizes: dict[str, int] = {}
+    for file in sorted(set(files.values())):
+        with safe_open(file, framework="pt") as sf:
+            sizes.update({name: math.prod(sf.get_slice(name).get_shape()) for name in sf.keys()})
+    return sizes
 
 
 class _Shards:

@@ -12,12 +12,12 @@ not implemented yet; see README).
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field, fields
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
-from inference.config import ConfigError, _eos, _typed
+from inference.checkpoint_config import (
+    CheckpointConfig, ConfigError, eos_ids, fp8_block_size, indexer_types_by_frequency, typed,
+)
 
 # transformers' fields with no effect on inference outputs (training / init / HF plumbing), accepted
 # and unused; head_dim is derived (transformers overwrites it with qk_rope_head_dim, i.e. 0).
@@ -25,7 +25,7 @@ INFERENCE_NEUTRAL = frozenset({"initializer_range", "router_aux_loss_coef", "att
 
 
 @dataclass(frozen=True)
-class Glm5NextTextConfig:
+class Glm5NextTextConfig(CheckpointConfig):
     vocab_size: int = 154880
     hidden_size: int = 4096
     intermediate_size: int = 12288
@@ -78,15 +78,7 @@ class Glm5NextTextConfig:
     vision_config: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    # ---- derived -----------------------------------------------------------------------------
-    @property
-    def qk_head_dim(self) -> int:
-        return self.qk_nope_head_dim + self.qk_rope_head_dim
-
-    @property
-    def softmax_scale(self) -> float:
-        return self.qk_head_dim**-0.5
-
+    # ---- derived (qk_head_dim, softmax_scale: CheckpointConfig) -------------------------------
     @property
     def linear_dim(self) -> int:
         return self.linear_num_heads * self.linear_head_dim
@@ -106,19 +98,7 @@ class Glm5NextTextConfig:
         per_layer = self.linear_num_heads * self.linear_head_dim**2 + 3 * self.linear_dim * (self.linear_conv_kernel_dim - 1)
         return 4 * per_layer * sum(1 for t in self.layer_types if t == "linear_attention")
 
-    # ---- construction ------------------------------------------------------------------------
-    @classmethod
-    def from_pretrained(cls, path: str | Path, **overrides: Any) -> Glm5NextTextConfig:
-        path = Path(path)
-        file = path / "config.json" if path.is_dir() else path
-        if not file.is_file():
-            raise ConfigError(f"no config.json at {file}")
-        try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{file} is not valid JSON: {exc}") from exc
-        return cls.from_dict(data, **overrides)
-
+    # ---- construction (from_pretrained: CheckpointConfig) ---------------------------------------
     @classmethod
     def from_dict(cls, data: dict[str, Any], **overrides: Any) -> Glm5NextTextConfig:
         top = dict(data)
@@ -140,27 +120,22 @@ class Glm5NextTextConfig:
             if linear.get("safe_gate", True) and bound is None:
                 bound = -5.0
             d["linear_lower_bound"] = bound
-        lists = ("layer_types", "mlp_layer_types", "indexer_types", "eos_token_id", "vision_config", "extra")
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name in d and f.name not in lists:
-                t = "float | None" if f.name == "linear_lower_bound" else f.type
-                values[f.name] = _lower_bound(d[f.name]) if f.name == "linear_lower_bound" else _typed(f.name, d[f.name], t)
+        values = cls.typed_fields(d, skip=("layer_types", "mlp_layer_types", "indexer_types", "eos_token_id",
+                                           "vision_config", "extra"), readers={"linear_lower_bound": _lower_bound})
         if "num_local_experts" in d and "n_routed_experts" not in d:  # attribute_map alias
-            values["n_routed_experts"] = _typed("num_local_experts", d["num_local_experts"], "int")
+            values["n_routed_experts"] = typed("num_local_experts", d["num_local_experts"], "int")
         n = values.get("num_hidden_layers", cls.num_hidden_layers)
         values["layer_types"] = _layer_types(d.get("layer_types"), n)
         values["mlp_layer_types"] = _choices("mlp_layer_types", d.get("mlp_layer_types"), n, ("dense", "sparse"),
                                              ("dense",) * min(3, n) + ("sparse",) * max(n - 3, 0))
         values["indexer_types"] = _indexer_types(d, n)
-        values["eos_token_id"] = _eos(d.get("eos_token_id"))
-        values["weight_block_size"] = _block(top.get("quantization_config") or d.get("quantization_config"))
+        values["eos_token_id"] = eos_ids(d.get("eos_token_id"))
+        values["weight_block_size"] = fp8_block_size(top.get("quantization_config") or d.get("quantization_config"))
         values["vision_config"] = top.get("vision_config")
         for name in ("image_token_id", "video_start_token_id", "video_end_token_id"):
             if name in top:
-                values[name] = _typed(name, top[name], "int")
-        known = {f.name for f in fields(cls)}
-        values["extra"] = {k: v for k, v in d.items() if k not in known}
+                values[name] = typed(name, top[name], "int")
+        values["extra"] = cls.unknown_keys(d)
         config = cls(**values)
         config.validate()
         return config
@@ -171,14 +146,10 @@ class Glm5NextTextConfig:
                     "qk_nope_head_dim", "n_group", "topk_group", "num_experts_per_tok", "index_topk", "index_head_dim",
                     "index_n_heads", "linear_head_dim", "linear_num_heads", "linear_conv_kernel_dim", "hc_mult",
                     "hc_sinkhorn_iters", "index_kpool", "max_position_embeddings"]  # fmt: skip
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name}={getattr(self, name)}: expected a positive integer")
+        self.check_positive(positive)
         if self.n_shared_experts < 0:
             raise ConfigError(f"n_shared_experts={self.n_shared_experts}: expected >= 0")
-        for name in ("rms_norm_eps", "hc_eps", "swiglu_limit"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name}={getattr(self, name)}: expected a positive number")
+        self.check_positive(("rms_norm_eps", "hc_eps", "swiglu_limit"), integer=False)
         if self.num_key_value_heads != self.num_attention_heads:
             raise ConfigError(f"num_key_value_heads={self.num_key_value_heads}: must equal "
                               f"num_attention_heads={self.num_attention_heads} (MLA)")
@@ -208,7 +179,7 @@ class Glm5NextTextConfig:
                 raise ConfigError(f"indexer_types[{i}]='shared': a shared DSA layer must directly follow a full "
                                   "DSA layer (transformers passes the selection only one layer on)")
         for name in ("tie_word_embeddings",):
-            _typed(name, getattr(self, name), "bool")
+            typed(name, getattr(self, name), "bool")
         unknown = sorted(k for k in self.extra if k in _REFUSED)
         if unknown:
             raise ConfigError(f"{unknown[0]}={self.extra[unknown[0]]!r}: not supported by this model")
@@ -230,7 +201,7 @@ _REFUSED = {"rope_scaling"}
 def _lower_bound(value: Any) -> float | None:
     if value is None:
         return None
-    return _typed("linear_lower_bound", value, "float")
+    return typed("linear_lower_bound", value, "float")
 
 
 def _choices(name: str, given: Any, n: int, allowed: tuple[str, ...], default: tuple[str, ...]) -> tuple[str, ...]:
@@ -258,12 +229,7 @@ def _indexer_types(d: dict[str, Any], n: int) -> tuple[str, ...]:
     if pattern is not None:
         types = [{"F": "full", "S": "shared"}.get(c, c) for c in pattern] if isinstance(pattern, str) else list(pattern)
         return _choices("index_topk_pattern", types, n, ("full", "shared"), ())
-    freq = max(_typed("index_topk_freq", d.get("index_topk_freq", 1), "int"), 1)
-    offset = _typed("index_skip_topk_offset", d.get("index_skip_topk_offset", 2), "int")
-    return tuple("full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n))
+    freq = max(typed("index_topk_freq", d.get("index_topk_freq", 1), "int"), 1)
+    offset = typed("index_skip_topk_offset", d.get("index_skip_topk_offset", 2), "int")
+    return indexer_types_by_frequency(freq, offset, n)
 
-
-def _block(qc: Any) -> tuple[int, int] | None:
-    from inference.config import _block_size
-
-    return _block_size(qc)

@@ -26,26 +26,20 @@ def kv_bytes_per_token(config: Glm5NextTextConfig, element_size: int) -> int:
 
 
 def describe_flash(path: Path) -> dict:
-    from safetensors import safe_open
-
-    from inference.loader import checkpoint_files
+    from inference.loader import checkpoint_files, tensor_sizes
 
     config = Glm5NextTextConfig.from_pretrained(path)
     files = checkpoint_files(path)
+    sizes = tensor_sizes(files)
     counts = {"text": 0, "vision": 0, "mtp": 0}
     fp8 = False
     mtp = f"layers.{config.num_hidden_layers}."
-    for file in sorted(set(files.values())):
-        with safe_open(file, framework="pt") as sf:
-            for name in sf.keys():
-                if name.endswith("_scale_inv"):
-                    fp8 = True
-                    continue
-                n = 1
-                for d in sf.get_slice(name).get_shape():
-                    n *= d
-                kind = "vision" if "visual." in name else "mtp" if mtp in name or ".shared_head." in name else "text"
-                counts[kind] += n
+    for name, n in sizes.items():
+        if name.endswith("_scale_inv"):  # FP8 block scales are not parameters
+            fp8 = True
+            continue
+        kind = "vision" if "visual." in name else "mtp" if mtp in name or ".shared_head." in name else "text"
+        counts[kind] += n
     return {
         "path": str(path), "family": "glm5_next", "config": config.summary(),
         "parameters": sum(counts.values()), "vision_parameters": counts["vision"], "mtp_parameters": counts["mtp"],

@@ -19,6 +19,7 @@ from inference.layers.moe import MoE
 from inference.layers.norm import RMSNorm
 from inference.layers.rope import RopeTables
 from inference.parallel.comm import SingleComm
+from inference.parallel.partial_sums import accumulate_dtype, all_reduce_partial
 from inference.parallel.state import ParallelState
 
 
@@ -29,6 +30,7 @@ class DecoderLayer(nn.Module):
         self.layer = layer
         # Partial sums only under tensor parallelism; DP attention's MoE exchanges its tokens itself.
         self.comm = parallel.comm if parallel.tp > 1 else SingleComm()
+        self.reduce_fp32 = parallel.reduce_fp32
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = MLAttention(config, config.is_full_indexer(layer), parallel)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -54,14 +56,18 @@ class DecoderLayer(nn.Module):
             self.input_layernorm(h), rope, meta, latent_cache, indexer_cache, shared_selection, mode, kernels,
             reuse_selection,
         )
-        h = h + self.reduce_attn(attn)
+        h = h + self.reduce_attn(attn, h.dtype)
         x = self.post_attention_layernorm(h)
-        ffn = self.mlp(x, kernels) if isinstance(self.mlp, MoE) else self.mlp(x)
-        return h + self.reduce_mlp(ffn), selection
+        if isinstance(self.mlp, MoE):
+            ffn = self.mlp(x, kernels)
+        else:
+            ffn = self.mlp(x, accumulate_dtype(self.comm.world, self.reduce_fp32, x.dtype))
+        return h + self.reduce_mlp(ffn, h.dtype), selection
 
     # The two reduce points (DP-attention turns the second into a reduce-scatter and drops the first).
-    def reduce_attn(self, partial: torch.Tensor) -> torch.Tensor:
-        return self.comm.all_reduce(partial)
+    # Each returns the whole sum in the hidden state's dtype (the MoE's partial may be fp32).
+    def reduce_attn(self, partial: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return all_reduce_partial(self.comm, partial, dtype, self.reduce_fp32)
 
-    def reduce_mlp(self, partial: torch.Tensor) -> torch.Tensor:
-        return self.comm.all_reduce(partial)
+    def reduce_mlp(self, partial: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return all_reduce_partial(self.comm, partial, dtype, self.reduce_fp32)

@@ -20,7 +20,7 @@ from torch import nn
 from inference.config import ModelConfig
 from inference.fp8 import dequantize_blockwise, scale_shape
 from inference.layers import kernel_path
-from inference.layers.moe import RoutedExperts
+from inference.layers.moe import RoutedExperts, add_weighted_product
 from inference.parallel.state import ParallelState
 
 E4M3 = torch.float8_e4m3fn
@@ -78,11 +78,12 @@ class Fp8RoutedExperts(RoutedExperts):
             ids, weights, self.block, backend=backend,
         )  # fmt: skip
 
-    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, kernels: str | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, kernels: str | None = None,
+                out_dtype: torch.dtype | None = None) -> torch.Tensor:
         if self.is_sharded:
             ids = self.local_ids(ids)  # another rank's experts -> E_local, skipped below
         if self.mode == "fp8_w8a8":
-            return self._w8a8(x, ids, weights, kernels or "auto")
+            return self._w8a8(x, ids, weights, kernels or "auto").to(out_dtype or x.dtype)
         if kernels is not None:
             # Only the experts this batch routes to, renumbered: the kernel's result per expert
             # does not depend on which other experts the stack holds.
@@ -90,15 +91,15 @@ class Fp8RoutedExperts(RoutedExperts):
             local = (ids >= 0) & (ids < n_local)
             active = torch.unique(ids[local])
             if active.numel() == 0:  # every pick is another rank's expert
-                return torch.zeros_like(x)
+                return torch.zeros_like(x, dtype=out_dtype or x.dtype)
             remap = torch.full((n_local,), -1, dtype=ids.dtype, device=ids.device)
             remap[active] = torch.arange(active.numel(), dtype=ids.dtype, device=ids.device)
             compact = torch.where(local, remap[ids.clamp(0, n_local - 1)], -1)
             gate_up = self._dequant(self.gate_up_proj[active], self.gate_up_proj_scale_inv[active], x.dtype)
             down = self._dequant(self.down_proj[active], self.down_proj_scale_inv[active], x.dtype)
-            return kernel_path.routed_experts(x, gate_up, down, compact, weights, kernels)
+            return kernel_path.routed_experts(x, gate_up, down, compact, weights, kernels).to(out_dtype or x.dtype)
         gate_up, down = self.dense_stacks(x.dtype)
-        return self.grouped(x, ids, weights, gate_up, down)
+        return self.grouped(x, ids, weights, gate_up, down, out_dtype)
 
     def single_token(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
         """Batch-1 decode: RoutedExperts.single_token's GEMV pairs over just the k routed experts,
@@ -114,5 +115,5 @@ class Fp8RoutedExperts(RoutedExperts):
             gate_up = self._dequant(self.gate_up_proj[e], self.gate_up_proj_scale_inv[e], x.dtype)
             down = self._dequant(self.down_proj[e], self.down_proj_scale_inv[e], x.dtype)
             gate, up = torch.mm(x, gate_up.t()).chunk(2, dim=-1)
-            y = torch.addmm(y, torch.nn.functional.silu(gate) * up, down.t(), alpha=w)
+            y = add_weighted_product(y, torch.nn.functional.silu(gate) * up, down.t(), w)
         return y

@@ -27,7 +27,9 @@ from inference.layers.fp8_linear import Fp8Linear, linear
 from inference.layers.fusion import fuse_linears, input_major_on_cpu
 from inference.layers.indexer import MAX_SCORE_ELEMENTS, Indexer, TopkSelection
 from inference.layers.norm import RMSNorm
+from inference.layers.partial_linear import partial_linear
 from inference.layers.rope import RopeTables, deinterleave_rope_rows
+from inference.parallel.partial_sums import accumulate_dtype
 from inference.parallel.state import ParallelState
 
 # Batches whose longest per-sequence chunk is at most this many tokens use the absorbed form
@@ -43,7 +45,9 @@ class MLAttention(nn.Module):
         # Tensor parallelism splits the heads (q_b, kv_b by rows, o_proj by columns: o_proj then
         # returns this rank's partial sum, reduced by the decoder layer). The latent cache, q_a,
         # kv_a, the norms and the indexer are replicated: MLA has one latent "KV head".
-        self.n_heads = (parallel or ParallelState.single()).heads(config.num_attention_heads)[1]
+        parallel = parallel or ParallelState.single()
+        self.n_heads = parallel.heads(config.num_attention_heads)[1]
+        self.tp, self.reduce_fp32 = parallel.tp, parallel.reduce_fp32
         self.nope = config.qk_nope_head_dim
         self.rope = config.qk_rope_head_dim
         self.v_dim = config.v_head_dim
@@ -132,7 +136,7 @@ class MLAttention(nn.Module):
                 selection = self.indexer.select_slots(x, q_latent, rope, meta, indexer_cache, index_k, index_w, kernels)
             else:
                 selection = shared_selection
-            return self.o_proj(self._sparse_kernel(q_nope, q_pe, latent_cache, selection, kernels)), selection
+            return self._output(self._sparse_kernel(q_nope, q_pe, latent_cache, selection, kernels)), selection
         if own_indexer:
             selection = self.indexer(x, q_latent, rope, meta, indexer_cache, index_k, index_w)
         else:
@@ -140,7 +144,7 @@ class MLAttention(nn.Module):
         if mode not in ("auto", "sparse", "absorbed", "expanded"):
             raise ValueError(f"attention mode={mode!r}: expected 'auto', 'sparse', 'absorbed' or 'expanded'")
         if selection is not None and mode in ("auto", "sparse"):
-            return self.o_proj(self._sparse(q_nope, q_pe, latent_cache, selection, meta)), selection
+            return self._output(self._sparse(q_nope, q_pe, latent_cache, selection, meta)), selection
         hidden = meta.key_hidden if selection is None else ~selection.mask(meta.max_seq_len)
         keys = meta.gather_keys(latent_cache).to(x.dtype)  # [B, S, rank + rope]
 
@@ -150,7 +154,11 @@ class MLAttention(nn.Module):
             out = self._absorbed(q_nope, q_pe, keys, hidden, meta)
         else:
             out = self._expanded(q_nope, q_pe, keys, hidden, meta)
-        return self.o_proj(out), selection
+        return self._output(out), selection
+
+    def _output(self, heads: torch.Tensor) -> torch.Tensor:
+        """o_proj: under TP this rank's partial sum, in the dtype the reduce sums it in."""
+        return partial_linear(self.o_proj, heads, accumulate_dtype(self.tp, self.reduce_fp32, heads.dtype))
 
     def _absorb_keys(self, q_nope: torch.Tensor) -> torch.Tensor:
         w_uk = self.kv_b_proj.weight.view(self.n_heads, self.nope + self.v_dim, self.rank)[:, : self.nope]

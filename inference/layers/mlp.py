@@ -11,6 +11,7 @@ from torch import nn
 
 from inference.layers.fp8_linear import linear
 from inference.layers.fusion import fuse_linears, input_major_on_cpu
+from inference.layers.partial_linear import partial_linear
 
 
 class SwiGLU(nn.Module):
@@ -26,8 +27,11 @@ class SwiGLU(nn.Module):
         self.gate_up = fuse_linears([self.gate_proj, self.up_proj], input_major=on_cpu)
         input_major_on_cpu(self.down_proj)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        """`out_dtype`: the output's (default x's); fp32 for a TP partial sum reduced in fp32."""
         if self.gate_up is None:
-            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-        gate, up = linear(x, self.gate_up).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+            hidden = F.silu(self.gate_proj(x)) * self.up_proj(x)
+        else:
+            gate, up = linear(x, self.gate_up).chunk(2, dim=-1)
+            hidden = F.silu(gate) * up
+        return partial_linear(self.down_proj, hidden, out_dtype or x.dtype)

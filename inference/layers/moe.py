@@ -13,7 +13,8 @@ Expert parallelism: every rank routes every token (the router is replicated), bu
 experts [e0, e0 + E_local) of its ep group, each possibly split by intermediate size over the
 group's ranks. Assignments to experts another rank owns are dropped here (the fused kernel skips
 ids outside [0, E_local) itself); the routed and the shared expert's partial sums are added and
-reduced together by one all-reduce in the decoder layer.
+reduced together by one all-reduce in the decoder layer (in fp32 for bf16/fp16: the partial is
+accumulated in fp32, see parallel/partial_sums.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from inference.config import ModelConfig
 from inference.layers import kernel_path
 from inference.layers.fusion import column_major
 from inference.layers.mlp import SwiGLU
+from inference.parallel.partial_sums import accumulate_dtype
 from inference.parallel.state import ParallelState
 
 _grouped_mm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
@@ -100,15 +102,21 @@ class RoutedExperts(nn.Module):
         local = ids - self.e0
         return local.masked_fill((local < 0) | (local >= n_local), n_local)
 
-    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, kernels: str | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, kernels: str | None = None,
+                out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The weighted sum of the routed experts' outputs, accumulated in `out_dtype` (default
+        x's; fp32 for a partial sum that parallel/partial_sums.py reduces in fp32)."""
         if self.is_sharded:
             ids = self.local_ids(ids)
         if kernels is not None:
-            return kernel_path.routed_experts(x, self.gate_up_proj, self.down_proj, ids, weights, kernels)
-        return self.grouped(x, ids, weights, self.gate_up_proj, self.down_proj)
+            routed = kernel_path.routed_experts(x, self.gate_up_proj, self.down_proj, ids, weights, kernels)
+            return routed.to(out_dtype or x.dtype)
+        return self.grouped(x, ids, weights, self.gate_up_proj, self.down_proj, out_dtype)
 
-    def grouped(self, x, ids, weights, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+    def grouped(self, x, ids, weights, gate_up: torch.Tensor, down: torch.Tensor,
+                out_dtype: torch.dtype | None = None) -> torch.Tensor:
         """The native path over the given expert stacks (fp8_experts.py passes dequantized ones)."""
+        acc = out_dtype or x.dtype
         n, k = ids.shape
         n_experts = gate_up.shape[0]
         flat = ids.reshape(-1)
@@ -119,7 +127,7 @@ class RoutedExperts(nn.Module):
             order = order[: int(counts.sum())]
         token = order // k
         if token.numel() == 0:  # every assignment went to another rank's experts
-            return torch.zeros_like(x)
+            return torch.zeros_like(x, dtype=acc)
         xs = x.index_select(0, token)
         if _grouped_mm is not None and x.dtype in _GROUPED_DTYPES.get(x.device.type, ()) and n * k >= n_experts:
             ends = counts.cumsum(0).to(torch.int32)
@@ -127,15 +135,16 @@ class RoutedExperts(nn.Module):
             ys = _grouped_mm(F.silu(gate) * up, down.transpose(1, 2), offs=ends)
         else:
             ys = self._per_active_expert(xs, counts, gate_up, down)
-        ys = ys * weights.reshape(-1)[order].unsqueeze(-1).to(ys.dtype)
-        return torch.zeros_like(x).index_add_(0, token, ys)
+        ys = ys.to(acc) * weights.reshape(-1)[order].unsqueeze(-1).to(acc)
+        return torch.zeros_like(x, dtype=acc).index_add_(0, token, ys)
 
     def single_token(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
         """x [1, H] (batch-1 decode) -> base + the weighted routed experts' output.
 
         The general path's sort / gather / scatter bookkeeping costs more than the k expert GEMVs
         it organises when there is one token; here each expert is a GEMV pair and its weighted sum
-        lands in `base` (the shared expert's output) through addmm's alpha."""
+        lands in `base` (the shared expert's output, in the dtype the sum accumulates in) through
+        addmm's alpha."""
         y = base
         if torch.compiler.is_compiling():  # (one process only: compile_decode refuses world > 1)
             # Traced with capture_scalar_outputs (decode_compiler.py): the expert ids become
@@ -154,7 +163,7 @@ class RoutedExperts(nn.Module):
             if not 0 <= e < n_local:
                 continue  # another rank's expert
             gate, up = torch.mm(x, self._gate_up_t[e]).chunk(2, dim=-1)
-            y = torch.addmm(y, F.silu(gate) * up, self._down_t[e], alpha=w)
+            y = add_weighted_product(y, F.silu(gate) * up, self._down_t[e], w)
         return y
 
     def _per_active_expert(self, xs: torch.Tensor, counts: torch.Tensor, gate_up, down) -> torch.Tensor:
@@ -176,20 +185,24 @@ class MoE(nn.Module):
         super().__init__()
         parallel = parallel or ParallelState.single()
         self.gate = TopkRouter(config)  # replicated: every rank routes every token the same way
+        self.world, self.reduce_fp32 = parallel.world, parallel.reduce_fp32
         self.dp = parallel.dp  # DP attention: the token exchange around the routed experts
         self.experts = RoutedExperts(config, parallel)
         shared = config.moe_intermediate_size * config.n_shared_experts
         self.shared_experts = SwiGLU(config.hidden_size, parallel.split(shared, "moe_intermediate_size * n_shared_experts")[1])
 
     def forward(self, x: torch.Tensor, kernels: str | None = None) -> torch.Tensor:
+        """This rank's partial sum of routed + shared outputs; under parallelism with bf16/fp16
+        it stays fp32 until the reduce (parallel/partial_sums.py), as DeepSeek's MoE does."""
+        acc = accumulate_dtype(self.world, self.reduce_fp32, x.dtype)
         if self.dp is not None:
-            return self._dp_forward(x, kernels)
+            return self._dp_forward(x, kernels, acc)
         ids, weights = self.gate(x)
         if kernels is None and x.shape[0] == 1:
-            return self.experts.single_token(x, ids, weights, self.shared_experts(x))
-        return self.experts(x, ids, weights, kernels) + self.shared_experts(x)
+            return self.experts.single_token(x, ids, weights, self.shared_experts(x, acc))
+        return self.experts(x, ids, weights, kernels, acc) + self.shared_experts(x, acc)
 
-    def _dp_forward(self, x: torch.Tensor, kernels: str | None) -> torch.Tensor:
+    def _dp_forward(self, x: torch.Tensor, kernels: str | None, acc: torch.dtype) -> torch.Tensor:
         """Every rank's tokens through this rank's experts, the sums back to their owners; the
         shared expert (replicated) runs on this rank's own tokens."""
         dp = self.dp
@@ -197,5 +210,13 @@ class MoE(nn.Module):
         ids, weights = self.gate(gathered)
         # Padding rows (zeros) route somewhere too; a zero weight makes their contribution exactly 0.
         weights = weights.masked_fill(dp.pad_rows(x.device).unsqueeze(1), 0.0)
-        routed = dp.scatter(self.experts(gathered, ids, weights, kernels))
-        return routed + self.shared_experts(x) if x.shape[0] else routed
+        routed = dp.scatter(self.experts(gathered, ids, weights, kernels, acc))
+        return routed + self.shared_experts(x, acc) if x.shape[0] else routed
+
+
+def add_weighted_product(y: torch.Tensor, a: torch.Tensor, b: torch.Tensor, w: float) -> torch.Tensor:
+    """y + w * (a @ b): one addmm when y has a's dtype, else (an fp32 partial sum) the product in
+    a's dtype added to y in y's."""
+    if y.dtype == a.dtype:
+        return torch.addmm(y, a, b, alpha=w)
+    return torch.add(y, torch.mm(a, b), alpha=w)

@@ -72,5 +72,5 @@ def torchrun_follower(checkpoint: str | Path, config, rank: int) -> int:
                     resolve_backend(parallel.backend, torch.device(config.device)),
                     parallel.init_method or "env://", parallel.timeout_s,
                     parallel.threads_per_rank or max(1, (os.cpu_count() or 1) // parallel.world),
-                    config.resolved_weight_format())
+                    config.resolved_weight_format(), parallel.reduce_fp32)
     return run_torchrun_follower(spec, rank)

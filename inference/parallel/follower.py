@@ -35,7 +35,7 @@ def follower_main(rank: int, spec: RankSpec) -> None:
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
     comm = TorchComm.init(rank, spec.world, spec.init_method, spec.backend, spec.timeout_s)
-    state = ParallelState(spec.world, rank, spec.ep, comm)
+    state = ParallelState(spec.world, rank, spec.ep, comm, reduce_fp32=spec.reduce_fp32)
     model = load_model(spec.checkpoint, dtype=_DTYPES[spec.dtype], device=device,
                        latent_norm_eps=spec.latent_norm_eps, mtp=spec.mtp, parallel=state,
                        weight_format=spec.weight_format)

@@ -27,6 +27,9 @@ class ParallelConfig(BaseModel):
     heartbeat_s: float = Field(default=5.0, gt=0)
     # CPU threads per rank; None: followers take cores // ranks, the leader keeps its own setting.
     threads_per_rank: Optional[int] = Field(default=None, ge=1)
+    # The precision bf16/fp16 partial sums are reduced in (partial_sums.py): "float32" as DeepSeek's
+    # reference (twice the bytes per all-reduce), "model" in the model dtype as vLLM and SGLang.
+    reduce_dtype: Literal["float32", "model"] = "float32"
 
     @model_validator(mode="after")
     def _check(self) -> "ParallelConfig":
@@ -44,6 +47,10 @@ class ParallelConfig(BaseModel):
     @property
     def ep(self) -> int:
         return self.expert_parallel_size or self.tensor_parallel_size
+
+    @property
+    def reduce_fp32(self) -> bool:
+        return self.reduce_dtype == "float32"
 
 
 def torchrun_rank() -> Optional[tuple[int, int]]:

@@ -31,6 +31,8 @@ class ParallelState:
     # own sequences; only the routed experts split, their tokens exchanged through `dp`.
     attention_dp: bool = False
     dp: "DPExchange | None" = field(default=None, compare=False, repr=False)
+    # bf16/fp16 partial sums reduced in fp32 (partial_sums.py); False: in the model dtype.
+    reduce_fp32: bool = True
 
     def __post_init__(self):
         if self.world < 1 or not 0 <= self.rank < self.world:

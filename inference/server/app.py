@@ -9,33 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Optional
+from typing import Any, AsyncIterator, Callable, Optional
 
 from fastapi import FastAPI, Header, Request
-from fastapi.responses import StreamingResponse
 
-from inference.chat.parser import FormatError, StreamingParser
 from inference.server.anthropic.route import anthropic_router
 from inference.server.responses.route import responses_router
-from inference.server.choices import ChoiceEnd, merge_responses, merge_streams
+from inference.server.choices import ChoiceEnd, merge_responses, merge_streams, seeded_for_choice
 from inference.server.constraints import compile_spec, response_format_spec
-from inference.server.engine_bridge import submit
+from inference.server.engine_bridge import submit_or_400
 from inference.server.errors import APIError, install_error_handlers
 from inference.server.images import decode_images, image_inputs
 from inference.server.legacy_logprobs import LegacyLogprobs, merge_blocks
 from inference.server.output_text import OutputText
-from inference.server.prompting import PreparedChat, ServerDefaults, prepare_chat, sampling_params
+from inference.server.prompting import ServerDefaults, prepare_chat, sampling_params
 from inference.server.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
-from inference.server.replies import (
-    SSE_DONE, ChatReply, new_id, sse, token_logprobs, usage_body,
-)
+from inference.server.replies import SSE_DONE, ChatReply, new_id, sse, usage_body
 from inference.server.sessions import SessionStore
-
-log = logging.getLogger("horizon.server")
+from inference.server.streaming import sse_response, until_disconnected
+from inference.server.turn import TokenLogprobs, Turn, TurnEnd, submit_turn, turn_events
 
 
 @dataclass
@@ -92,26 +87,16 @@ def create_app(state: ServerState) -> FastAPI:
             await decode_images(state, body.messages)
             prepared = prepare_chat(body, state.tokenizer, state.defaults, state.sessions, session_id,
                                     image_inputs(state))
-            grammar = prepared.grammar
-            await compile_spec(state.engine, grammar)
-            gens = [_engine_request(state, body, prepared.prompt_ids, session_id, prepared.engine_effort,
-                                    logprobs=(body.top_logprobs or 0) if body.logprobs else None, choice=i,
-                                    grammar=grammar, images=prepared.images)
-                    for i in range(body.n)]
+            await compile_spec(state.engine, prepared.grammar)
+            logprobs = (body.top_logprobs or 0) if body.logprobs else None
             reply_id, created = new_id("chatcmpl"), int(time.time())
-            streams = [_chat_events(state, body, prepared, gen, _submit(state, gen), session_id, body.stream,
-                                    ChatReply(state.model_name, i, reply_id, created), standalone=body.n == 1)
-                       for i, gen in enumerate(gens)]
-            if body.n == 1:
-                stream = streams[0]
-            elif body.stream:
-                last = ChatReply(state.model_name, 0, reply_id, created)
-                stream = merge_streams(streams, lambda usage: last.usage_chunk(usage) if _wants_usage(body) else None)
-            else:
-                stream = merge_responses(streams)
-            if body.stream:
-                return _sse_response(stream, state)
-            return await _until_disconnected(request, stream)
+            streams = [_chat_events(state, body, submit_turn(state, body, prepared, session_id, logprobs=logprobs,
+                                                             choice=i),
+                                    session_id, ChatReply(state.model_name, i, reply_id, created),
+                                    standalone=body.n == 1)
+                       for i in range(body.n)]
+            closing = ChatReply(state.model_name, 0, reply_id, created)
+            return await _deliver(state, request, body, streams, closing.usage_chunk)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request,
@@ -130,28 +115,20 @@ def create_app(state: ServerState) -> FastAPI:
             want_logprobs = isinstance(body.logprobs, int) and not isinstance(body.logprobs, bool)
             grammar = response_format_spec(body)
             await compile_spec(state.engine, grammar)
-            gens = [_engine_request(state, body, prompt_ids, session_id, None,
-                                    logprobs=body.logprobs if want_logprobs else None, choice=i, grammar=grammar)
+            gens = [_completion_request(state, body, prompt_ids, session_id,
+                                        logprobs=body.logprobs if want_logprobs else None, choice=i, grammar=grammar)
                     for i in range(body.n)]
             echoed = "" if not body.echo else text if text is not None else state.tokenizer.decode(prompt_ids)
             # echo + logprobs: the prompt's own tokens are scored too (the first has no logprob).
             prompt_scores = (prompt_ids, await _prompt_logprobs(state, prompt_ids, body.logprobs)) \
                 if body.echo and want_logprobs else None
             cid, created = new_id("cmpl"), int(time.time())
-            streams = [_completion_events(state, body, gen, _submit(state, gen), body.stream, echoed, prompt_scores,
-                                          index=i, cid=cid, created=created, standalone=body.n == 1)
+            streams = [_completion_events(state, body, gen, submit_or_400(state.engine, gen), body.stream, echoed,
+                                          prompt_scores, index=i, cid=cid, created=created, standalone=body.n == 1)
                        for i, gen in enumerate(gens)]
-            if body.n == 1:
-                stream = streams[0]
-            elif body.stream:
-                envelope = {"id": cid, "object": "text_completion", "created": created, "model": state.model_name}
-                stream = merge_streams(streams, lambda usage: sse({**envelope, "choices": [], "usage": usage})
-                                       if _wants_usage(body) else None)
-            else:
-                stream = merge_responses(streams)
-            if body.stream:
-                return _sse_response(stream, state)
-            return await _until_disconnected(request, stream)
+            envelope = {"id": cid, "object": "text_completion", "created": created, "model": state.model_name}
+            return await _deliver(state, request, body, streams,
+                                  lambda usage: sse({**envelope, "choices": [], "usage": usage}))
 
     return app
 
@@ -179,66 +156,38 @@ async def _prompt_logprobs(state: ServerState, prompt_ids: list[int], top_n: int
         raise APIError(400, str(exc), param="prompt", code="invalid_value") from None
 
 
-def _engine_request(state: ServerState, body: SamplingFields, prompt_ids: list[int], session_id, effort, logprobs,
-                    choice: int = 0, grammar=None, images=()):
+def _completion_request(state: ServerState, body: CompletionRequest, prompt_ids: list[int], session_id, logprobs,
+                        choice: int = 0, grammar=None):
     from inference.engine.request import GenerateRequest
 
-    params = sampling_params(body, len(prompt_ids), state.max_context, state.tokenizer.stop_token_ids,
-                             state.defaults, logprobs, grammar)
-    if choice and params.seed is not None:  # choice i of a seeded n > 1 request: reproducible, yet distinct
-        params = params.model_copy(update={"seed": params.seed + choice})
-    return GenerateRequest(prompt_ids=prompt_ids, params=params, session_id=session_id, images=list(images),
-                           reasoning_effort=effort, request_id=f"http-{uuid.uuid4().hex[:16]}")
+    params = seeded_for_choice(sampling_params(body, len(prompt_ids), state.max_context,
+                                               state.tokenizer.stop_token_ids, state.defaults, logprobs, grammar),
+                               choice)
+    return GenerateRequest(prompt_ids=prompt_ids, params=params, session_id=session_id,
+                           request_id=f"http-{uuid.uuid4().hex[:16]}")
 
 
-def _submit(state: ServerState, gen) -> AsyncIterator:
-    from inference.engine.request import EngineError
-
-    try:
-        return submit(state.engine, gen)
-    except EngineError as exc:
-        raise APIError(400, str(exc), param=exc.field, code="invalid_value") from None
-
-
-async def _chat_events(state: ServerState, body: ChatCompletionRequest, prepared: PreparedChat, gen,
-                       deltas: AsyncIterator, session_id: Optional[str], streaming: bool,
+async def _chat_events(state: ServerState, body: ChatCompletionRequest, turn: Turn, session_id: Optional[str],
                        reply: ChatReply, standalone: bool = True) -> AsyncIterator:
     """Yields SSE strings when streaming, else one final response dict. A choice of an n > 1
     request (not standalone) ends its stream with a ChoiceEnd instead of the usage chunk and [DONE]."""
-    forced = prepared.grammar is not None and prepared.grammar.kind == "tool_call"
-    parser = StreamingParser(prepared.tools if prepared.parse_tools else None,
-                             start_in_reasoning=prepared.start_in_reasoning, tool_calls=prepared.parse_tools,
-                             strip_values=forced)
-    text = OutputText(state.tokenizer, gen.params.stop)
-    events: list = []
+    streaming = body.stream
     pending_lps: list[dict] = []  # logprobs of tokens whose text no chunk has carried yet
-    all_ids: list[int] = []
     if streaming:
         yield reply.chunk({"role": "assistant", "content": ""})
-    reason, usage = None, None
-    async with contextlib.aclosing(deltas):
-        async for delta in deltas:
-            all_ids.extend(delta.token_ids)
-            final = delta.finish_reason is not None
-            events += parser.feed(text.push(delta.token_ids, delta.stop_reason if final else None))
-            if final:
-                events += parser.feed(text.finish()) + parser.finish()
-                reason, usage = delta.finish_reason, delta.usage
-                if reason == "length":  # finish_reason already says the reasoning was cut off
-                    events = [e for e in events if not (isinstance(e, FormatError) and e.message.startswith("unclosed <think>"))]
-            if delta.logprobs:
-                lps = token_logprobs(state.tokenizer, delta.logprobs)
-                reply.logprobs += lps
-                pending_lps += lps
-            for ev in events:
-                out = reply.add(ev)
-                if streaming and out is not None:
-                    yield reply.chunk(out, logprobs=pending_lps)
-                    pending_lps = []
-            events = []
-    if prepared.conversation is not None and reason is not None:
-        prepared.conversation.add_generated(all_ids, reply.message())
-        state.sessions.put(session_id, prepared.fingerprint, prepared.conversation)
+    end = None
+    async with contextlib.aclosing(turn_events(state, turn, reply)) as events:
+        async for event in events:
+            if isinstance(event, TurnEnd):
+                end = event
+            elif isinstance(event, TokenLogprobs):
+                pending_lps += event.entries
+            elif streaming and (out := reply.delta(event)) is not None:
+                yield reply.chunk(out, logprobs=pending_lps)
+                pending_lps = []
+    reason, usage = end.finish_reason, end.usage
+    if turn.prepared.conversation is not None and reason is not None:
+        state.sessions.put(session_id, turn.prepared.fingerprint, turn.prepared.conversation)
     if not streaming:
         yield reply.response(reason, usage)
         return
@@ -305,37 +254,21 @@ async def _completion_events(state: ServerState, body: CompletionRequest, gen, d
     yield out
 
 
-def _sse_response(stream: AsyncIterator, state: ServerState) -> StreamingResponse:
-    state.inflight += 1  # the stream outlives the handler's admission scope
-
-    async def body():
-        try:
-            async for item in stream:
-                yield item
-        except APIError as exc:
-            yield sse(exc.body())
-        except Exception as exc:  # the status line is sent already: report in-band, keep serving
-            log.exception("stream failed")
-            yield sse(APIError(500, f"internal error: {type(exc).__name__}: {exc}").body())
-        finally:
-            state.inflight -= 1
-            await stream.aclose()
-
-    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+async def _deliver(state: ServerState, request: Request, body: SamplingFields, streams: list[AsyncIterator],
+                   usage_chunk: Callable[[dict], str]):
+    """The reply: one choice's stream as it is, or n > 1 merged (chunks interleaved, closed by
+    `usage_chunk(merged usage)` when stream_options asks; or one body); as SSE or as one JSON body."""
+    if len(streams) == 1:
+        stream = streams[0]
+    elif body.stream:
+        stream = merge_streams(streams, lambda usage: usage_chunk(usage) if _wants_usage(body) else None)
+    else:
+        stream = merge_responses(streams)
+    if body.stream:
+        return sse_response(state, stream, _error_chunk)
+    return await until_disconnected(request, stream)
 
 
-async def _until_disconnected(request: Request, stream: AsyncIterator):
-    """Drive a non-streaming generation; abort it if the client disconnects first."""
-    task = asyncio.ensure_future(stream.__anext__())
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=0.25)
-            if done:
-                return task.result()
-            if await request.is_disconnected():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                    await task
-                raise APIError(499, "client disconnected", code="client_closed")
-    finally:
-        await stream.aclose()
+def _error_chunk(exc: APIError) -> str:
+    """An error after the status line is sent: one OpenAI-shaped error body as an SSE chunk."""
+    return sse(exc.body())

@@ -15,6 +15,13 @@ from typing import Any, AsyncIterator
 from inference.server.replies import SSE_DONE
 
 
+def seeded_for_choice(params, choice: int):
+    """SamplingParams for choice `choice`: a seeded request's choice i samples with `seed + i`."""
+    if choice and params.seed is not None:
+        return params.model_copy(update={"seed": params.seed + choice})
+    return params
+
+
 @dataclass
 class ChoiceEnd:
     """A choice's stream finished: its usage (engine `Usage`), for the merged usage chunk."""

@@ -7,6 +7,8 @@ import asyncio
 import threading
 from typing import AsyncIterator
 
+from inference.server.errors import APIError
+
 _END = object()
 
 
@@ -33,6 +35,16 @@ def submit(engine, request) -> AsyncIterator:
 
     threading.Thread(target=pump, name=f"horizon-stream-{handle.request_id}", daemon=True).start()
     return _iterate(engine, handle.request_id, queue)
+
+
+def submit_or_400(engine, request) -> AsyncIterator:
+    """`submit`, with a request the engine refuses reported as the client's error (400, its field)."""
+    from inference.engine.request import EngineError
+
+    try:
+        return submit(engine, request)
+    except EngineError as exc:
+        raise APIError(400, str(exc), param=exc.field, code="invalid_value") from None
 
 
 async def _iterate(engine, request_id: str, queue: asyncio.Queue) -> AsyncIterator:

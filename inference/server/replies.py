@@ -48,25 +48,31 @@ class ChatReply:
         self.format_errors: list[str] = []
         self.logprobs: list[dict] = []
 
-    def add(self, event) -> Optional[dict[str, Any]]:
-        """Record one event; return the `delta` it streams as (None: nothing to send)."""
+    def add(self, event) -> None:
+        """Record one parse event into the message."""
         if isinstance(event, ReasoningDelta):
             self.reasoning += event.text
+        elif isinstance(event, ContentDelta):
+            self.content += event.text
+        elif isinstance(event, ToolCallEvent):
+            self.tool_calls.append(event.call)
+        elif isinstance(event, FormatError):
+            # The model's malformed text goes back as content, so the client sees what it wrote.
+            self.format_errors.append(event.message)
+            self.content += event.raw or ""
+
+    def delta(self, event) -> Optional[dict[str, Any]]:
+        """The stream `delta` of an event `add` recorded (None: nothing to send)."""
+        if isinstance(event, ReasoningDelta):
             # vLLM's current name and the older one that GLM's API and many clients still read.
             return {"reasoning": event.text, "reasoning_content": event.text}
         if isinstance(event, ContentDelta):
-            self.content += event.text
             return {"content": event.text}
         if isinstance(event, ToolCallEvent):
-            call = event.call
-            self.tool_calls.append(call)
-            return {"tool_calls": [{"index": len(self.tool_calls) - 1, **call.to_openai()}]}
-        if isinstance(event, FormatError):
-            # The model's malformed text goes back as content, so the client sees what it wrote.
-            self.format_errors.append(event.message)
-            if event.raw:
-                self.content += event.raw
-                return {"content": event.raw}
+            index = next(i for i, call in enumerate(self.tool_calls) if call is event.call)
+            return {"tool_calls": [{"index": index, **event.call.to_openai()}]}
+        if isinstance(event, FormatError) and event.raw:
+            return {"content": event.raw}
         return None
 
     def message(self) -> Message:

@@ -1,4 +1,4 @@
-"""Delivery of a generation to the client, shared by the Anthropic and Responses routes: an SSE
+"""Delivery of a generation to the client, shared by every route that generates: an SSE
 response that keeps the connection alive and reports failures in-band, and a non-streaming driver
 that aborts the generation when the client goes away."""
 

@@ -1,9 +1,9 @@
-"""One assistant turn for the Anthropic Messages and Responses APIs: a chat request in the internal
-format -> prompt ids, an engine request, and the parsed reply as events.
+"""One assistant turn for every chat-shaped API (chat completions, Anthropic Messages, Responses): a
+chat request in the internal format -> prompt ids, an engine request, and the parsed reply as events.
 
-Both routes convert their bodies into a `ChatCompletionRequest` and go through `prepare_chat` and
-`sampling_params`, so templates, sessions, forced tool calls and sampling behave exactly as in
-/v1/chat/completions; only the wire format differs.
+The Anthropic and Responses routes convert their bodies into a `ChatCompletionRequest`; all three go
+through `prepare_chat`, `sampling_params` and `turn_events`, so templates, sessions, forced tool
+calls, sampling and reply parsing behave the same everywhere; only the wire format differs.
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Optional, Union
 
 from inference.chat.parser import CALL_CLOSE, ContentDelta, FormatError, ParseEvent, StreamingParser
-from inference.server.engine_bridge import submit
+from inference.server.choices import seeded_for_choice
+from inference.server.engine_bridge import submit_or_400
 from inference.server.errors import APIError
 from inference.server.images import image_inputs
 from inference.server.output_text import OutputText
 from inference.server.prompting import PreparedChat, prepare_chat, sampling_params
 from inference.server.protocol import ChatCompletionRequest
-from inference.server.replies import ChatReply
+from inference.server.replies import ChatReply, token_logprobs
 
 # Effort levels from least to most thinking; a token budget maps onto the first that allows it.
 _LEVELS = ("low", "medium", "high", "max")
@@ -43,6 +44,14 @@ class Turn:
     deltas: AsyncIterator
     hidden: int = 0  # characters of content at the start that the client wrote (a prefill), not shown
     ends_at_call: bool = False  # the first </tool_call> stops the reply (the server's stop, not the client's)
+    strip_values: bool = False  # a grammar forced the tool calls: read their values as it does (no outer spaces)
+
+
+@dataclass
+class TokenLogprobs:
+    """Logprobs (chat format) of the tokens whose parse events follow; only when the request asked."""
+
+    entries: list[dict]
 
 
 def effort_for_budget(engine, budget_tokens: int) -> str:
@@ -77,8 +86,6 @@ def start_turn(state, chat: ChatCompletionRequest, session_id: Optional[str], se
     with SessionStore's `take`; `thinking=False` on a template that cannot turn thinking off closes
     the opened <think> at once (budget 0); `prefill` is assistant text the reply continues;
     `one_tool_call` ends the reply with its first tool call (no parallel calls)."""
-    from inference.engine.request import EngineError, GenerateRequest
-
     if prefill:
         prepared = prefilled_chat(state, chat, prefill)
     else:
@@ -86,24 +93,33 @@ def start_turn(state, chat: ChatCompletionRequest, session_id: Optional[str], se
                                 state.sessions if sessions is None else sessions, session_id, image_inputs(state))
     if not thinking and prepared.start_in_reasoning:
         reasoning_budget = 0
+    return submit_turn(state, chat, prepared, session_id, reasoning_budget=reasoning_budget,
+                       one_tool_call=one_tool_call)
+
+
+def submit_turn(state, chat: ChatCompletionRequest, prepared: PreparedChat, session_id: Optional[str], *,
+                reasoning_budget: Optional[int] = None, one_tool_call: bool = False,
+                logprobs: Optional[int] = None, choice: int = 0) -> Turn:
+    """Submit an already rendered prompt: choice `choice` of the request (a seeded n > 1 request
+    gives each choice its own seed), with `logprobs` top entries per token when not None."""
+    from inference.engine.request import GenerateRequest
+
     # Forced tool calls (Anthropic tool_choice any/tool, Responses tool_choice required/named) and JSON
     # formats arrive as the chat request's tool_choice / response_format: prepare_chat turns them into
-    # the grammar (inference/grammar) that makes the reply parse, for both APIs at once. A prefilled
+    # the grammar (inference/grammar) that makes the reply parse, for every API at once. A prefilled
     # reply continues text the grammar has not seen, so it goes unconstrained.
-    grammar = None if prefill else prepared.grammar
-    params = sampling_params(chat, len(prepared.prompt_ids), state.max_context, state.tokenizer.stop_token_ids,
-                             state.defaults, None, grammar)
+    grammar = None if prepared.prefill else prepared.grammar
+    params = seeded_for_choice(sampling_params(chat, len(prepared.prompt_ids), state.max_context,
+                                               state.tokenizer.stop_token_ids, state.defaults, logprobs, grammar),
+                               choice)
     if one_tool_call and prepared.parse_tools and prepared.tools:
         params = params.model_copy(update={"stop": [*params.stop, CALL_CLOSE]})
     gen = GenerateRequest(prompt_ids=prepared.prompt_ids, params=params, session_id=session_id, images=prepared.images,
                           reasoning_effort=prepared.engine_effort, reasoning_budget=reasoning_budget,
                           request_id=f"http-{uuid.uuid4().hex[:16]}")
-    try:
-        deltas = submit(state.engine, gen)
-    except EngineError as exc:
-        raise APIError(400, str(exc), param=exc.field, code="invalid_value") from None
-    return Turn(prepared, gen, deltas, hidden=len(prefill or ""), ends_at_call=CALL_CLOSE in params.stop and
-                CALL_CLOSE not in chat.stop_strings())
+    return Turn(prepared, gen, submit_or_400(state.engine, gen), hidden=len(prepared.prefill),
+                ends_at_call=CALL_CLOSE in params.stop and CALL_CLOSE not in chat.stop_strings(),
+                strip_values=grammar is not None and grammar.kind == "tool_call")
 
 
 def prefilled_chat(state, chat: ChatCompletionRequest, prefill: str) -> PreparedChat:
@@ -118,14 +134,18 @@ def prefilled_chat(state, chat: ChatCompletionRequest, prefill: str) -> Prepared
                    conversation=None)
 
 
-async def turn_events(state, turn: Turn) -> AsyncIterator[Union[ParseEvent, TurnEnd]]:
-    """Parse events as the reply is generated, then one TurnEnd. The session conversation (if any)
-    has the reply recorded by then; storing it is the caller's choice."""
+async def turn_events(state, turn: Turn, reply: Optional[ChatReply] = None
+                      ) -> AsyncIterator[Union[ParseEvent, TokenLogprobs, TurnEnd]]:
+    """Parse events as the reply is generated (each recorded into `reply`, a fresh ChatReply by
+    default, before it is yielded), then one TurnEnd. A request that asked for logprobs gets a
+    TokenLogprobs ahead of each delta's events. The session conversation (if any) has the reply
+    recorded by then; storing it is the caller's choice."""
     prepared = turn.prepared
     parser = StreamingParser(prepared.tools if prepared.parse_tools else None,
-                             start_in_reasoning=prepared.start_in_reasoning, tool_calls=prepared.parse_tools)
+                             start_in_reasoning=prepared.start_in_reasoning, tool_calls=prepared.parse_tools,
+                             strip_values=turn.strip_values)
     text = OutputText(state.tokenizer, turn.request.params.stop)
-    reply = ChatReply(state.model_name)
+    reply = reply if reply is not None else ChatReply(state.model_name)
     events = parser.feed(prepared.prefill)
     hidden = turn.hidden
     all_ids: list[int] = []
@@ -146,6 +166,10 @@ async def turn_events(state, turn: Turn) -> AsyncIterator[Union[ParseEvent, Turn
                               if not (isinstance(e, FormatError) and e.message.startswith("unclosed <think>"))]
             if hidden:
                 events, hidden = _drop_content(events, hidden)
+            if delta.logprobs:
+                entries = token_logprobs(state.tokenizer, delta.logprobs)
+                reply.logprobs += entries
+                yield TokenLogprobs(entries)
             for ev in events:
                 reply.add(ev)
                 yield ev
