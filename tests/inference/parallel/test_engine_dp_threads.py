@@ -56,6 +56,7 @@ def _ranks_of(eng, request_ids) -> dict[str, int]:
 
 
 def test_session_turns_stay_on_their_rank(dp):
+    dp.clear_cache()  # both ranks empty: the four new sessions alternate
     sessions = {f"aff-{s}": _prompt(10 + s, 20 + 7 * s) for s in range(4)}
     placed = []
     for turn in range(3):
@@ -115,7 +116,22 @@ def test_a_full_rank_preempts_only_its_own_requests(dp):
     assert after[big] > before[big] and after[small] == before[small]
 
 
+def test_token_counts_travel_in_the_command(dp):
+    """Each MoE layer exchanges tokens once each way; the counts come with the step command (no
+    all-gather of counts per forward), and logits come back in one gather per forward at most."""
+    comm = dp.ranks.state.comm
+    comm.stats.reset()
+    dp.generate([_greedy(_prompt(90 + i, 12 + 9 * i), 4) for i in range(3)])
+    calls = comm.stats.calls
+    moe_layers = sum(hasattr(layer.mlp, "gate") for layer in dp.model.model.layers)
+    assert calls["all_gather"] == calls["reduce_scatter"] > moe_layers
+    assert 0 < calls["gather"] <= calls["broadcast_object"]
+
+
 def test_stats_per_rank_add_up_to_the_node(dp):
+    for _ in range(2):  # two sessions, one per rank: the second turn of each hits its first
+        dp.generate([_greedy(_prompt(95, 40), 2, session_id="st-a"), _greedy(_prompt(96, 40), 2, session_id="st-b")])
+    assert dp.dp.placer.rank_of("st-a") != dp.dp.placer.rank_of("st-b")
     s = dp.stats()
     ranks = s["dp_ranks"]
     assert len(ranks) == 2 and s["total_pages"] == 2 * 16 and ranks[0]["total_pages"] == 16
