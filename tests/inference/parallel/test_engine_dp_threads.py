@@ -99,6 +99,12 @@ def test_outputs_equal_one_process_with_a_short_only_rank(dp, dp_checkpoint):
                     _greedy(_prompt(42, 6), 8, session_id="short")]
     assert [r.token_ids for r in dp.generate(reqs())] == [r.token_ids for r in one.generate(reqs())]
     assert dp.dp.placer.rank_of("long") != dp.dp.placer.rank_of("short")
+    # Prompt scoring runs on rank 0's pages while rank 1 idles through the exchange.
+    scored = [dp.prompt_logprobs(_prompt(43, 30), top_n=2), one.prompt_logprobs(_prompt(43, 30), top_n=2)]
+    assert scored[0][0] is None and scored[1][0] is None
+    for a, b in zip(scored[0][1:], scored[1][1:]):
+        assert a.token_id == b.token_id and [t for t, _ in a.top] == [t for t, _ in b.top]
+        assert abs(a.logprob - b.logprob) < 1e-4
 
 
 def test_a_full_rank_preempts_only_its_own_requests(dp):
