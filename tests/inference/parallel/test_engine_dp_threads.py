@@ -5,12 +5,11 @@ process, and no page leak on any rank after 1,000 mixed and aborted requests."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 
 from inference.engine import Engine, EngineConfig, GenerateRequest, SamplingParams
+from tests.inference.engine.mixed_requests import assert_pool_drained, submit_mixed_requests
 
 PS = 16
 THREADS = {"tensor_parallel_size": 2, "attention_dp": True, "backend": "threads"}
@@ -151,36 +150,19 @@ def test_stats_per_rank_add_up_to_the_node(dp):
 
 def test_thousand_mixed_and_aborted_requests_leak_no_page_on_any_rank(dp_checkpoint):
     clock = FakeClock()
-    eng = Engine(dp_checkpoint, EngineConfig(dtype="float32", page_size=PS, kv_budget_tokens=20 * PS,
+    eng = Engine(dp_checkpoint, EngineConfig(dtype="float32", page_size=PS, kv_budget_tokens=10 * PS,
                                              host_budget_tokens=12 * PS, max_running=24, chunk_size=32,
                                              max_batch_tokens=128, num_speculative_tokens=1, session_ttl_s=5.0,
                                              parallel=THREADS), clock=clock)
-    rng = random.Random(0)
-    shared = _prompt(999, 20)
-    handles = []
-    for i in range(1000):
-        kind = rng.random()
-        prompt = (shared if kind < 0.5 else []) + _prompt(rng.randrange(60), rng.randrange(1, 40))
-        params = SamplingParams(temperature=rng.choice([0.0, 0.8]), seed=rng.choice([None, i]),
-                                max_tokens=rng.randrange(1, 4), stop_token_ids=[rng.randrange(400)], ignore_eos=True)
-        handles.append(eng.submit(GenerateRequest(prompt_ids=prompt, params=params, request_id=f"r{i}",
-                                                  session_id=f"s{rng.randrange(8)}" if kind < 0.3 else None)))
-        if rng.random() < 0.1:
-            eng.abort(f"r{rng.randrange(i + 1)}")
-        if i % 50 == 0:
-            eng.step()
-            clock.t += 1.0
-    results = [h.result() for h in handles]
     try:
+        results = [h.result() for h in submit_mixed_requests(eng, clock)]
         assert {r.finish_reason for r in results} <= {"stop", "length", "abort"}
         assert sum(r.finish_reason == "abort" for r in results) > 20
         s = eng.stats()
         assert all(r["placed"] > 300 for r in s["dp_ranks"]) and s["preemptions"] > 0
         assert s["pages_spilled"] > 0 and s["pages_restored"] > 0
-        for rank, stats in enumerate(s["dp_ranks"]):
-            assert stats["running"] == stats["waiting"] == 0, rank
-            assert stats["free_pages"] + stats["device_cached_pages"] == stats["total_pages"], rank
-            assert stats["host_free_pages"] + stats["host_cached_pages"] == stats["host_pages"], rank
+        for stats in s["dp_ranks"]:
+            assert_pool_drained(stats)
         for cache in eng.dp.caches:  # no lock left behind by a finished or aborted request
             assert cache.root.lock_ref == 1 and all(node.lock_ref == 0 for node in cache._nodes)
         eng.clear_cache()
