@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 from pydantic import ValidationError
@@ -48,3 +49,22 @@ def test_virtual_ranks_run_on_the_cpu_only(tp_checkpoint):
 def test_serve_refuses_rank_combinations_it_cannot_run(tp_checkpoint, capsys, flags, message):
     assert main(["serve", "--model", str(tp_checkpoint), "--kv-budget-tokens", "64", *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_failing_virtual_rank_fails_the_engine_naming_it(tp_checkpoint):
+    from inference.engine import EngineError, GenerateRequest, SamplingParams
+    from inference.engine.runner_commands import CopyPages
+
+    eng = Engine(tp_checkpoint, EngineConfig(dtype="float32", kv_budget_tokens=64, page_size=16, parallel=DP))
+    try:
+        eng.runner.send(CopyPages([0], [1]))  # a command without a rank: rank 1 refuses it and stops
+        deadline = time.monotonic() + 60  # the rank reports itself at once; this only guards a hang
+        while eng.fatal is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert "virtual rank 1 failed (TypeError: DP attention: CopyPages must come as a per-rank command)" in str(eng.fatal)
+        with pytest.raises(EngineError, match="the engine has stopped: virtual rank 1 failed"):
+            eng.submit(GenerateRequest(prompt_ids=[5, 6, 7], params=SamplingParams(max_tokens=2)))
+    finally:
+        eng.shutdown()
+    assert eng.ranks.exit_codes() == [1]
