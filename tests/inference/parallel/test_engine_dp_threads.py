@@ -134,6 +134,7 @@ def test_token_counts_travel_in_the_command(dp):
 
 
 def test_stats_per_rank_add_up_to_the_node(dp):
+    dp.clear_cache()  # both ranks empty: the two new sessions go to different ranks
     for _ in range(2):  # two sessions, one per rank: the second turn of each hits its first
         dp.generate([_greedy(_prompt(95, 40), 2, session_id="st-a"), _greedy(_prompt(96, 40), 2, session_id="st-b")])
     assert dp.dp.placer.rank_of("st-a") != dp.dp.placer.rank_of("st-b")
