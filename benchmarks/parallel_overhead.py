@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""What tensor parallelism costs on this machine: Engine(TP=2) vs Engine(TP=1), and the bytes
-its collectives move per step.
+"""What tensor parallelism (or, with --dp-attention, DP attention) costs on this machine:
+Engine(TP=2) or Engine(DP=2) vs Engine(TP=1), and the bytes its collectives move per step.
 
 Both engines run the same greedy requests with the prefix cache off: a prefill of --prompt
 tokens, and decode at batch 1 and --batch. TP=1 runs with 2 threads, TP=2 with one per rank
@@ -15,10 +15,17 @@ all-reduce at GLM-5.3's real shape (78 layers x 2 all-reduces x tokens x 6144 x 
 model's partial sums reduced in fp32, or 2 B with --reduce-dtype model; plus the embedding's in
 bf16 and the logits gather).
 
-    python benchmarks/parallel_overhead.py           # small preset
-    python benchmarks/parallel_overhead.py --quick   # tiny preset, a few tokens (CI)
+DP attention (--dp-attention): each rank runs its own requests (a batch-1 phase leaves rank 1
+idle: it only serves its experts), and per MoE layer the ranks' tokens are all-gathered and the
+sums reduce-scattered back; the step command carries the token counts, so there is no other
+collective but the logits gather. GLM-5.3 bytes: 75 MoE layers x (tokens of the busiest rank x
+6144 x 2 B gathered in, x 2 ranks reduce-scattered out), plus the full-vocab logits gather.
+
+    python benchmarks/parallel_overhead.py                  # small preset, TP=2
+    python benchmarks/parallel_overhead.py --dp-attention   # small preset, DP=2
+    python benchmarks/parallel_overhead.py --quick          # tiny preset, a few tokens (CI)
     python benchmarks/parallel_overhead.py --quick --dtype bfloat16 [--reduce-dtype model]
-                                                     # bf16: partial sums reduced in fp32 (2x bytes) or bf16
+                                                            # bf16: partial sums reduced in fp32 (2x bytes) or bf16
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from inference.engine import Engine, EngineConfig, GenerateRequest, SamplingParams  # noqa: E402
 from inference.random_checkpoint import write_random_checkpoint  # noqa: E402
 
-REAL = dict(layers=78, hidden=6144, vocab=154880, bytes=2)
+REAL = dict(layers=78, moe_layers=75, hidden=6144, vocab=154880, bytes=2)
 
 
 def real_bytes_per_step(tokens: int, logit_rows: int, reduce_fp32: bool = True) -> int:
@@ -47,6 +54,12 @@ def real_bytes_per_step(tokens: int, logit_rows: int, reduce_fp32: bool = True) 
     all_reduce = (2 * REAL["layers"] * layer_bytes + REAL["bytes"]) * tokens * REAL["hidden"]
     gather = logit_rows * (REAL["vocab"] // 8) * REAL["bytes"]
     return all_reduce + gather
+
+
+def real_dp_bytes_per_step(busiest: int, logit_rows: int, ranks: int = 2) -> int:
+    """DP attention: the MoE exchanges (padded to the busiest rank's tokens) + the logits gather."""
+    exchange = REAL["moe_layers"] * (1 + ranks) * busiest * REAL["hidden"] * REAL["bytes"]
+    return exchange + logit_rows * REAL["vocab"] * REAL["bytes"]
 
 
 def _requests(batch: int, length: int, new: int, vocab: int) -> list[GenerateRequest]:
@@ -108,8 +121,10 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--reduce-dtype", choices=["float32", "model"], default="float32",
                     help="TP=2's bf16 partial sums kept and reduced in fp32 (default) or in the model dtype")
+    ap.add_argument("--dp-attention", action="store_true", help="DP=2 (DP attention) instead of TP=2")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    two_name = "dp2" if args.dp_attention else "tp2"
     preset = "tiny" if args.quick else "small"
     prompt, new, reps = (32, 4, 1) if args.quick else (args.prompt, args.new_tokens, args.reps)
     with tempfile.TemporaryDirectory() as tmp:
@@ -120,8 +135,9 @@ def main(argv=None) -> int:
         r1 = measure(one, prompt, args.batch, new, reps)
         one.shutdown()
         torch.set_num_threads(1)
-        two = Engine(ckpt, EngineConfig(**base, parallel={"tensor_parallel_size": 2, "threads_per_rank": 1,
-                                                          "reduce_dtype": args.reduce_dtype}))
+        parallel = {"tensor_parallel_size": 2, "threads_per_rank": 1, "attention_dp": args.dp_attention,
+                    "reduce_dtype": args.reduce_dtype}
+        two = Engine(ckpt, EngineConfig(**base, parallel=parallel))
         try:
             r2 = measure(two, prompt, args.batch, new, reps)
         finally:
@@ -129,24 +145,28 @@ def main(argv=None) -> int:
     rows = []
     for phase in r1:
         a, b = r1[phase], r2[phase]
+        logit_rows = 1 if phase == "prefill" else b["tokens"]
+        glm53 = (real_dp_bytes_per_step(-(-b["tokens"] // 2) if phase != "prefill" else b["tokens"], logit_rows)
+                 if args.dp_attention else real_bytes_per_step(b["tokens"], logit_rows, args.reduce_dtype == "float32"))
         rows.append({
             "phase": phase, "preset": preset, "dtype": args.dtype, "reduce_dtype": args.reduce_dtype,
-            "tp1_s": a["seconds_per_step"], "tp2_s": b["seconds_per_step"],
-            "tp2_over_tp1": b["seconds_per_step"] / a["seconds_per_step"],
+            "tp1_s": a["seconds_per_step"], f"{two_name}_s": b["seconds_per_step"],
+            f"{two_name}_over_tp1": b["seconds_per_step"] / a["seconds_per_step"],
             "collectives_per_step": b["per_step"]["calls"], "bytes_per_step": b["per_step"]["bytes"],
-            "commands_per_step": b["commands_per_step"],
-            "glm53_bytes_per_step": real_bytes_per_step(b["tokens"], 1 if phase == "prefill" else b["tokens"],
-                                                        args.reduce_dtype == "float32"),
+            "commands_per_step": b["commands_per_step"], "glm53_bytes_per_step": glm53,
         })
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        print(f"{'phase':>10} {'TP1 s/step':>11} {'TP2 s/step':>11} {'TP2/TP1':>8} {'all-reduce B':>13} "
+        two, moved = two_name.upper(), ("all_gather", "reduce_scatter") if args.dp_attention else ("all_reduce",)
+        label = "exchange B" if args.dp_attention else "all-reduce B"
+        print(f"{'phase':>10} {'TP1 s/step':>11} {two + ' s/step':>11} {two + '/TP1':>8} {label:>13} "
               f"{'gather B':>10} {'colls':>6} {'cmds':>5} {'GLM-5.3 B':>12}")
         for r in rows:
             calls = sum(r["collectives_per_step"].values())
-            print(f"{r['phase']:>10} {r['tp1_s']:>11.4f} {r['tp2_s']:>11.4f} {r['tp2_over_tp1']:>8.2f} "
-                  f"{r['bytes_per_step'].get('all_reduce', 0):>13,.0f} {r['bytes_per_step'].get('gather', 0):>10,.0f} "
+            print(f"{r['phase']:>10} {r['tp1_s']:>11.4f} {r[two_name + '_s']:>11.4f} {r[two_name + '_over_tp1']:>8.2f} "
+                  f"{sum(r['bytes_per_step'].get(op, 0) for op in moved):>13,.0f} "
+                  f"{r['bytes_per_step'].get('gather', 0):>10,.0f} "
                   f"{calls:>6.1f} {r['commands_per_step']:>5.1f} {r['glm53_bytes_per_step']:>12,}")
     return 0
 

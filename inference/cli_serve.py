@@ -39,6 +39,10 @@ def register(subparsers) -> None:
     p.add_argument("--default-max-tokens", type=int, default=4096)
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (processes; one GPU each on CUDA)")
     p.add_argument("--ep", type=int, default=None, help="expert-parallel size (default: --tp, whole experts per rank)")
+    p.add_argument("--dp-attention", action="store_true",
+                   help="data-parallel attention over the --tp ranks: each rank runs all heads over its own sequences "
+                        "and KV pages (sessions stay on one rank), only the routed experts are split")
+    p.add_argument("--dp", type=int, default=None, help="N ranks with data-parallel attention: --tp N --dp-attention")
     p.add_argument("--dist-backend", choices=["auto", "gloo", "nccl"], default="auto")
     p.add_argument("--dist-timeout", type=float, default=120.0,
                    help="seconds a collective may wait before a hung or dead rank fails the server")
@@ -49,6 +53,16 @@ def register(subparsers) -> None:
     p.set_defaults(func=_serve)
 
 
+def _ranks(args: argparse.Namespace) -> tuple[int, bool] | str:
+    """(ranks, DP attention) from --tp / --dp / --dp-attention, or why they do not go together."""
+    if args.dp is None:
+        return args.tp, args.dp_attention
+    if args.tp not in (1, args.dp):
+        return (f"--dp {args.dp} with --tp {args.tp}: attention split by heads inside each DP group is not supported; "
+                f"give --dp N alone, or --tp N --dp-attention")
+    return args.dp, True
+
+
 def _serve(args: argparse.Namespace) -> int:
     from inference.engine_defaults import EngineSettingsError, default_engine_config
     from inference.server.runner import build_state, listen_socket, serve
@@ -57,8 +71,13 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"horizon serve: --model {args.model}: no config.json there (expected a checkpoint directory)",
               file=sys.stderr)
         return 2
-    parallel = {"tensor_parallel_size": args.tp, "expert_parallel_size": args.ep,
-                "backend": args.dist_backend, "timeout_s": args.dist_timeout, "reduce_dtype": args.reduce_dtype}
+    ranks = _ranks(args)
+    if isinstance(ranks, str):
+        print(f"horizon serve: {ranks}", file=sys.stderr)
+        return 2
+    parallel = {"tensor_parallel_size": ranks[0], "attention_dp": ranks[1], "expert_parallel_size": args.ep,
+                "backend": args.dist_backend, "timeout_s": args.dist_timeout,
+                "reduce_dtype": args.reduce_dtype}
     try:
         config = default_engine_config(
             args.model, device=args.device, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,

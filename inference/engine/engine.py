@@ -21,6 +21,7 @@ from inference.engine.model_runner import ModelRunner
 from inference.engine.multimodal import check_request_images
 from inference.engine.output_processor import StopChecker, process_outputs
 from inference.engine.page_allocator import PageAllocator
+from inference.engine.pool_stats import count_hits, new_hits, pool_stats
 from inference.engine.radix_cache import RadixCache
 from inference.engine.reasoning_budget import make_reasoning_state
 from inference.engine.request import EngineError, GenerateRequest, GenerateResult, StreamDelta, Usage
@@ -44,6 +45,7 @@ class Engine:
         from inference.parallel.engine_ranks import abort_ranks, start_ranks
 
         self.ranks = start_ranks(checkpoint_path, config)
+        self.dp = None  # DP attention: the scheduler over every rank's KV pool (dp_scheduler.py)
         self.fatal: Optional[Exception] = None  # set when a rank fails: the engine cannot go on
         self.on_fatal: list[Callable[[Exception], None]] = []
         try:
@@ -100,6 +102,10 @@ class Engine:
             self.runner = leader_runner(self.ranks, self.model, self.kv_cache, ps, self.host,
                                         config.parallel.heartbeat_s, self._rank_failed)
         self.host.copier = self.runner.host_copy  # followers mirror every host-tier copy
+        if self.ranks is not None and self.ranks.state.attention_dp:  # one KV pool per rank, this one is rank 0's
+            from inference.parallel.dp_engine import dp_scheduler
+
+            self.scheduler = self.dp = dp_scheduler(self, config, clock)
         self.max_position = self.model_config.max_position_embeddings
         # A sequence also ends ("length") when it would no longer fit the KV budget with its drafts.
         self.max_sequence = min(self.max_position, self.num_device_pages * ps - config.num_speculative_tokens)
@@ -126,7 +132,7 @@ class Engine:
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
         self.num_steps = 0
-        self._hit_tokens = {"prompt": 0, "device": 0, "host": 0}
+        self._hit_tokens = new_hits()
         if config.compile_decode:
             self._warm_compiled_decode()
 
@@ -279,30 +285,13 @@ class Engine:
     def clear_cache(self) -> None:
         """Drop every cached prefix that no running request holds (both tiers)."""
         with self._step_lock:
-            self.prefix_cache.clear()
+            for cache in self.dp.caches if self.dp is not None else [self.prefix_cache]:
+                cache.clear()
 
     def stats(self) -> dict:
-        h = self._hit_tokens
-        return {
-            "total_pages": self.num_device_pages,
-            "free_pages": self.allocator.num_free,
-            "device_cached_pages": self.prefix_cache.device_cached_pages,
-            "host_pages": self.host.allocator.num_pages,
-            "host_free_pages": self.host.num_free,
-            "host_cached_pages": self.prefix_cache.host_cached_pages,
-            "running": len(self.scheduler.running),
-            "waiting": len(self.scheduler.waiting),
-            "preemptions": self.scheduler.num_preemptions,
-            "pages_spilled": self.host.pages_spilled,
-            "pages_restored": self.host.pages_restored,
-            "host_pages_dropped": self.host.pages_dropped,
-            "host_tail_pages": self.prefix_cache.stats()["host_tail_pages"],
-            "prompt_tokens": h["prompt"],
-            "hit_rate": (h["device"] + h["host"]) / h["prompt"] if h["prompt"] else 0.0,
-            "device_hit_rate": h["device"] / h["prompt"] if h["prompt"] else 0.0,
-            "host_hit_rate": h["host"] / h["prompt"] if h["prompt"] else 0.0,
-            "steps": self.num_steps,
-        }
+        if self.dp is not None:  # node totals, and each rank's own under "dp_ranks"
+            return {**self.dp.stats(), "steps": self.num_steps}
+        return {**pool_stats(self.scheduler, self._hit_tokens), "steps": self.num_steps}
 
     # ---- the loop ----
     def _loop(self) -> None:
@@ -406,9 +395,7 @@ class Engine:
             delta.finish_reason = reason
             delta.stop_reason = stop_reason
             delta.usage = self._usage(seq)
-            self._hit_tokens["prompt"] += seq.prompt_len
-            self._hit_tokens["device"] += seq.cached_device
-            self._hit_tokens["host"] += seq.cached_host
+            count_hits(self._hit_tokens, seq)
         if delta.token_ids or delta.finish_reason is not None:
             handle.push(delta)
 

@@ -34,6 +34,20 @@ class TargetOutput:
 MtpSpan = MtpSpanSpec
 
 
+def target_step(items: list[ScheduledItem], want_hidden: bool) -> tuple[TargetStep, list[int], list[int]]:
+    """The command for a forward over `items`, with each item's first logit row and first token row."""
+    rows, logit_rows, token_rows, offset = [], [], [], 0
+    for it in items:
+        token_rows.append(offset)
+        logit_rows.append(len(rows))
+        n = len(it.token_ids)
+        rows.extend(range(offset + n - it.num_logits, offset + n))
+        offset += n
+    step = TargetStep([list(it.token_ids) for it in items], [it.start for it in items],
+                      [list(it.seq.pages) for it in items], rows, want_hidden)
+    return step, logit_rows, token_rows
+
+
 class ModelRunner:
     def __init__(self, model, cache, page_size: int, fence: Callable[[], None] = lambda: None, host=None):
         self.model = model
@@ -73,15 +87,7 @@ class ModelRunner:
 
     # ---- the engine's calls (each one command) ----
     def run_target(self, items: list[ScheduledItem], want_hidden: bool) -> TargetOutput:
-        rows, logit_rows, token_rows, offset = [], [], [], 0
-        for it in items:
-            token_rows.append(offset)
-            logit_rows.append(len(rows))
-            n = len(it.token_ids)
-            rows.extend(range(offset + n - it.num_logits, offset + n))
-            offset += n
-        step = TargetStep([list(it.token_ids) for it in items], [it.start for it in items],
-                          [list(it.seq.pages) for it in items], rows, want_hidden)
+        step, logit_rows, token_rows = target_step(items, want_hidden)
         out = self.execute(step)
         return TargetOutput(out.logits, logit_rows, out.all_hidden_states, token_rows)
 

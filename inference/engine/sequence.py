@@ -43,6 +43,7 @@ class Sequence:
         self.arrival = next(_arrivals)
         self.wait_steps = 0
         self.num_computed = 0
+        self.dp_rank = 0  # DP attention: the rank whose KV pages hold this sequence (dp_scheduler.py)
         self.pages: list[int] = []
         self.num_tree_pages = 0
         self.lock_node: Optional[Node] = None

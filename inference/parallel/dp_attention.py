@@ -9,7 +9,8 @@ are reduce-scattered back to the rows' owners. A rank with no tokens still joins
 (`Glm5ForCausalLM.idle_forward`), as the reference engines' idle batches do.
 
 `DPExchange` is that exchange; the model calls `begin` once per forward with this rank's token
-count (one small all-gather tells every rank every count).
+count (one small all-gather tells every rank every count). The engine's step commands already carry
+every rank's sub-batch, so the DP model runner `preset`s the counts and `begin` skips the all-gather.
 """
 
 from __future__ import annotations
@@ -23,8 +24,21 @@ class DPExchange:
     def __init__(self, comm: Comm):
         self.comm = comm
         self.sizes: list[int] | None = None  # tokens per rank in the current forward
+        self._preset: list[int] | None = None
+
+    def preset(self, sizes: list[int]) -> None:
+        """Every rank's token count for the next forward, known to all ranks already (from the command)."""
+        if len(sizes) != self.comm.world:
+            raise ValueError(f"DP token counts: {len(sizes)} given for {self.comm.world} ranks")
+        self._preset = list(sizes)
 
     def begin(self, num_tokens: int, device: torch.device | str) -> None:
+        if self._preset is not None:
+            sizes, self._preset = self._preset, None
+            if sizes[self.comm.rank] != num_tokens:  # a runner bug: the exchange would misalign rows
+                raise RuntimeError(f"DP rank {self.comm.rank}: forward of {num_tokens} tokens, command said {sizes}")
+            self.sizes = sizes
+            return
         counts = self.comm.all_gather(torch.tensor([num_tokens], dtype=torch.int64, device=device), dim=0)
         self.sizes = [int(c) for c in counts.tolist()]
 

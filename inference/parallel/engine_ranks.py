@@ -12,9 +12,11 @@ from typing import Callable, Optional
 from inference.config import ModelConfig
 from inference.engine.runner_commands import Handshake
 from inference.parallel.distributed_runner import DistributedRunner
+from inference.parallel.dp_runner import DPLeaderRunner
 from inference.parallel.launch import RankGroup
 from inference.parallel.shard import validate_layout
 from inference.parallel.state import ParallelState
+from inference.parallel.thread_ranks import ThreadRankGroup
 
 
 def start_ranks(checkpoint: str | Path, config) -> Optional[RankGroup]:
@@ -29,11 +31,15 @@ def start_ranks(checkpoint: str | Path, config) -> Optional[RankGroup]:
     from inference.glm5_next.describe import is_flash_checkpoint
 
     if is_flash_checkpoint(Path(checkpoint)):
+        if parallel.attention_dp:
+            raise ValueError(f"DP attention (--dp / --dp-attention): not supported for GLM-5.3-Flash (glm5_next) "
+                             f"checkpoints such as {checkpoint}")
         raise ValueError("tensor_parallel_size > 1: not supported for GLM-5.3-Flash (glm5_next) checkpoints yet")
     model_config = ModelConfig.from_pretrained(Path(checkpoint))
-    validate_layout(model_config, ParallelState(parallel.world, 0, parallel.ep))
-    return RankGroup.launch(str(checkpoint), config.dtype, config.device, config.latent_norm_eps,
-                            config.num_speculative_tokens > 0, parallel, config.resolved_weight_format())
+    validate_layout(model_config, ParallelState(parallel.world, 0, parallel.ep, attention_dp=parallel.attention_dp))
+    launcher = ThreadRankGroup if parallel.backend == "threads" else RankGroup
+    return launcher.launch(str(checkpoint), config.dtype, config.device, config.latent_norm_eps,
+                           config.num_speculative_tokens > 0, parallel, config.resolved_weight_format())
 
 
 def leader_runner(group: RankGroup, model, cache, page_size: int, host, heartbeat_s: float,
@@ -41,7 +47,8 @@ def leader_runner(group: RankGroup, model, cache, page_size: int, host, heartbea
     """Tell the followers the cache sizes (all ranks allocate identical pages), then drive them."""
     group.state.comm.handshake_object(Handshake(cache.num_pages, page_size, cache.kv_cache_dtype,
                                                 host.allocator.num_pages))
-    runner = DistributedRunner(model, cache, page_size, group, fence=host.fence, host=host)
+    runner_class = DPLeaderRunner if group.state.attention_dp else DistributedRunner
+    runner = runner_class(model, cache, page_size, group, fence=host.fence, host=host)
     group.start_monitor(on_failure)
     runner.start_heartbeat(heartbeat_s)
     return runner
@@ -72,5 +79,6 @@ def torchrun_follower(checkpoint: str | Path, config, rank: int) -> int:
                     resolve_backend(parallel.backend, torch.device(config.device)),
                     parallel.init_method or "env://", parallel.timeout_s,
                     parallel.threads_per_rank or max(1, (os.cpu_count() or 1) // parallel.world),
-                    config.resolved_weight_format(), parallel.reduce_fp32)
+                    config.resolved_weight_format(), reduce_fp32=parallel.reduce_fp32,
+                    attention_dp=parallel.attention_dp)
     return run_torchrun_follower(spec, rank)

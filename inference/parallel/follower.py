@@ -2,8 +2,8 @@
 
 The follower never schedules, samples or sees a request: it builds the same caches as the leader
 (sizes from the handshake), then executes each broadcast command with the same ModelRunner code
-rank 0 runs, until Stop. It ignores SIGINT (Ctrl-C reaches the whole process group; the leader
-decides), and exits when the leader stops, dies (the next collective fails) or a collective times
+rank 0 runs (under DP attention, DPRankRunner: its own part of each command), until Stop. It
+ignores SIGINT (Ctrl-C reaches the whole process group; the leader decides), and exits when the leader stops, dies (the next collective fails) or a collective times
 out. Any exception ends the process non-zero, which the leader's monitor reports.
 """
 
@@ -22,12 +22,7 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 
 def follower_main(rank: int, spec: RankSpec) -> None:
-    from inference.engine.host_tier import HostTier
-    from inference.engine.model_runner import ModelRunner
-    from inference.engine.runner_commands import Handshake, Stop
-    from inference.kv_cache import PagedKVCache
-    from inference.loader import load_model
-
+    """A follower process: join the process group, then `follow`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if spec.threads:
         torch.set_num_threads(spec.threads)
@@ -35,7 +30,20 @@ def follower_main(rank: int, spec: RankSpec) -> None:
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
     comm = TorchComm.init(rank, spec.world, spec.init_method, spec.backend, spec.timeout_s)
-    state = ParallelState(spec.world, rank, spec.ep, comm, reduce_fp32=spec.reduce_fp32)
+    follow(spec, spec.state(rank, comm), device)
+
+
+def follow(spec: RankSpec, state: ParallelState, device: str) -> None:
+    """Load this rank's shard, size the caches from the leader's handshake, replay commands until Stop.
+    Also the body of an in-process virtual rank (thread_ranks.py)."""
+    from inference.engine.host_tier import HostTier
+    from inference.engine.model_runner import ModelRunner
+    from inference.engine.runner_commands import Handshake, Stop
+    from inference.kv_cache import PagedKVCache
+    from inference.loader import load_model
+    from inference.parallel.dp_rank_runner import DPRankRunner
+
+    comm = state.comm
     model = load_model(spec.checkpoint, dtype=_DTYPES[spec.dtype], device=device,
                        latent_norm_eps=spec.latent_norm_eps, mtp=spec.mtp, parallel=state,
                        weight_format=spec.weight_format)
@@ -49,7 +57,9 @@ def follower_main(rank: int, spec: RankSpec) -> None:
     if hello.host_pages:
         host_cache = PagedKVCache(model.config, hello.host_pages, hello.page_size, model.dtype, "cpu", hello.kv_cache_dtype)
     host = HostTier(hello.host_pages, cache, host_cache)
-    runner = ModelRunner(model, cache, hello.page_size, fence=host.fence, host=host)
+    # DP attention: this rank's own sequences, pages and host tier (commands carry a part per rank).
+    runner_class = DPRankRunner if state.attention_dp else ModelRunner
+    runner = runner_class(model, cache, hello.page_size, fence=host.fence, host=host)
     with torch.inference_mode():
         while not isinstance(cmd := comm.broadcast_object(), Stop):
             runner.execute(cmd)

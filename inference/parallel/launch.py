@@ -49,6 +49,11 @@ class RankSpec:
     threads: Optional[int]
     weight_format: str = "dequant"
     reduce_fp32: bool = True
+    attention_dp: bool = False
+
+    def state(self, rank: int, comm) -> ParallelState:
+        return ParallelState(self.world, rank, self.ep, comm, attention_dp=self.attention_dp,
+                             reduce_fp32=self.reduce_fp32)
 
     def device_of(self, rank: int) -> str:
         return f"cuda:{rank}" if self.device.startswith("cuda") else self.device
@@ -83,7 +88,8 @@ class RankGroup:
         init = parallel.init_method or ("env://" if run else f"tcp://127.0.0.1:{_free_port()}")
         threads = parallel.threads_per_rank or max(1, (os.cpu_count() or 1) // parallel.world)
         spec = RankSpec(str(checkpoint), dtype, device, latent_norm_eps, mtp, parallel.world, parallel.ep,
-                        backend, init, parallel.timeout_s, threads, weight_format, parallel.reduce_fp32)
+                        backend, init, parallel.timeout_s, threads, weight_format,
+                        reduce_fp32=parallel.reduce_fp32, attention_dp=parallel.attention_dp)
         processes = []
         if run is None:
             from inference.parallel.follower import follower_main
@@ -101,8 +107,7 @@ class RankGroup:
             for p in processes:
                 p.kill()
             raise
-        group = cls(spec, ParallelState(parallel.world, 0, parallel.ep, comm, reduce_fp32=parallel.reduce_fp32),
-                    processes)
+        group = cls(spec, spec.state(0, comm), processes)
         group.start_monitor(lambda reason: None)
         return group
 

@@ -17,8 +17,12 @@ class ParallelConfig(BaseModel):
     # Expert-parallel groups over those ranks; None = tensor_parallel_size (whole experts per
     # rank, the layout GLM-5.3 on 8 GPUs wants); 1 = every expert split by intermediate size.
     expert_parallel_size: Optional[int] = Field(default=None, ge=1)
-    # "auto": NCCL on CUDA, gloo on CPU.
-    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    # DP attention (SGLang --enable-dp-attention): every rank runs all attention heads over its own
+    # sequences and KV pages; only the routed experts are split (expert_parallel_size as above).
+    attention_dp: bool = False
+    # "auto": NCCL on CUDA, gloo on CPU. "threads": the ranks are threads of this process over
+    # in-process collectives (ThreadComm; CPU only, for tests and simulations).
+    backend: Literal["auto", "gloo", "nccl", "threads"] = "auto"
     # Where the ranks rendezvous; None = a free port on 127.0.0.1, or "env://" under torchrun.
     init_method: Optional[str] = None
     # A collective that waits longer than this fails the engine (a hung or dead rank) instead of
@@ -36,6 +40,8 @@ class ParallelConfig(BaseModel):
         ep = self.expert_parallel_size
         if ep is not None and self.tensor_parallel_size % ep:
             raise ValueError(f"expert_parallel_size={ep} must divide tensor_parallel_size={self.tensor_parallel_size}")
+        if self.attention_dp and self.tensor_parallel_size < 2:
+            raise ValueError(f"attention_dp needs at least 2 ranks, got tensor_parallel_size={self.tensor_parallel_size}")
         if self.heartbeat_s >= self.timeout_s:
             raise ValueError(f"heartbeat_s={self.heartbeat_s} must be below timeout_s={self.timeout_s}")
         return self

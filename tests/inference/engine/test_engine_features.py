@@ -4,13 +4,12 @@ seeds, logprobs."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from inference.engine import Engine, EngineConfig, EngineError, GenerateRequest, SamplingParams
 
 from .conftest import make_prompt
+from .mixed_requests import assert_pool_drained, submit_mixed_requests
 
 PS = 16
 
@@ -128,27 +127,9 @@ def test_thousand_mixed_requests_leak_nothing(engine_checkpoint):
     clock = FakeClock()
     eng = engine(engine_checkpoint, clock=clock, kv_budget_tokens=40 * PS, host_budget_tokens=24 * PS,
                  max_running=48, chunk_size=32, max_batch_tokens=256, num_speculative_tokens=1)
-    rng = random.Random(0)
-    shared = make_prompt(999, 20)
-    handles = []
-    for i in range(1000):
-        kind = rng.random()
-        prompt = (shared if kind < 0.5 else []) + make_prompt(rng.randrange(60), rng.randrange(1, 40))
-        params = SamplingParams(temperature=rng.choice([0.0, 0.8]), top_k=rng.choice([0, 5]), seed=rng.choice([None, i]),
-                                max_tokens=rng.randrange(1, 4), stop_token_ids=[rng.randrange(400)], ignore_eos=True)
-        handles.append(eng.submit(GenerateRequest(prompt_ids=prompt, params=params, request_id=f"r{i}",
-                                                  session_id=f"s{rng.randrange(8)}" if kind < 0.3 else None)))
-        if rng.random() < 0.1:
-            eng.abort(f"r{rng.randrange(i + 1)}")
-        if i % 50 == 0:
-            eng.step()
-            clock.t += 1.0
-    results = [h.result() for h in handles]
+    results = [h.result() for h in submit_mixed_requests(eng, clock)]
     assert {r.finish_reason for r in results} <= {"stop", "length", "abort"}
-    s = eng.stats()
-    assert s["running"] == s["waiting"] == 0
-    assert s["free_pages"] + s["device_cached_pages"] == s["total_pages"]
-    assert s["host_free_pages"] + s["host_cached_pages"] == s["host_pages"]
+    assert_pool_drained(eng.stats())
     eng.clear_cache()
     s = eng.stats()
     assert s["free_pages"] == s["total_pages"] and s["host_free_pages"] == s["host_pages"]

@@ -21,3 +21,13 @@ def tp_checkpoint_fp8(tmp_path_factory):
     from inference.random_checkpoint import write_random_checkpoint
 
     return write_random_checkpoint(tmp_path_factory.mktemp("ckpt-tp-fp8"), preset="tiny", seed=4, fp8=True)
+
+
+@pytest.fixture(scope="session")
+def dp_checkpoint(tmp_path_factory):
+    """For the DP-attention engine: GLM-5.2/5.3's index_share_for_mtp_iteration, so MTP drafts 2..k
+    reuse each rank's own first-draft selection."""
+    from inference.random_checkpoint import write_random_checkpoint
+
+    return write_random_checkpoint(tmp_path_factory.mktemp("ckpt-dp"), preset="tiny", seed=3,
+                                   overrides=dict(index_share_for_mtp_iteration=True))

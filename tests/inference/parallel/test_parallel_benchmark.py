@@ -1,6 +1,7 @@
 """benchmarks/parallel_overhead.py --quick runs end to end (a real follower process) and reports
 the collectives of each step: one broadcast command, 2 all-reduces per layer + the embedding's,
-one logits gather."""
+one logits gather; with --dp-attention one token all-gather and one reduce-scatter per MoE layer
+(no count exchange: the command carries the counts) and the logits gather."""
 
 from __future__ import annotations
 
@@ -23,3 +24,17 @@ def test_quick_run_reports_collective_counts():
         assert rows[phase]["tp1_s"] > 0 and rows[phase]["tp2_s"] > 0
     # bytes all-reduced per decode step scale with the batch
     assert rows["decode_b8"]["bytes_per_step"]["all_reduce"] == 8 * rows["decode_b1"]["bytes_per_step"]["all_reduce"]
+
+
+def test_quick_dp_attention_run_reports_the_moe_exchanges():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "parallel_overhead.py"), "--quick", "--json",
+                          "--dp-attention"], capture_output=True, text=True, timeout=300, check=True).stdout
+    rows = {r["phase"]: r for r in json.loads(out)}
+    moe_layers = 3  # the tiny preset: 4 layers, the first dense
+    for phase in ("prefill", "decode_b1", "decode_b8"):
+        calls = rows[phase]["collectives_per_step"]
+        assert calls == {"broadcast_object": 1, "all_gather": moe_layers, "reduce_scatter": moe_layers, "gather": 1}
+        assert {"tp1_s", "dp2_s", "dp2_over_tp1", "glm53_bytes_per_step"} <= rows[phase].keys()
+    # decode at batch 8 puts 4 requests on each rank: each exchange carries 4 rows per rank, not 1
+    per_row = rows["decode_b1"]["bytes_per_step"]["all_gather"]
+    assert rows["decode_b8"]["bytes_per_step"]["all_gather"] == 4 * per_row
