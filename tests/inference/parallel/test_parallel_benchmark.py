@@ -21,7 +21,9 @@ def test_quick_run_reports_collective_counts():
     for phase in ("prefill", "decode_b1", "decode_b8"):
         calls = rows[phase]["collectives_per_step"]
         assert calls["all_reduce"] == 2 * layers + 1 and calls["gather"] == 1 and calls["broadcast_object"] == 1
-        assert rows[phase]["tp1_s"] > 0 and rows[phase]["tp2_s"] > 0
+        # Times are reported, not asserted: a decode step's time is a difference of two runs, which
+        # noise on a loaded machine can even make negative (no timing thresholds in tests).
+        assert {"tp1_s", "tp2_s", "tp2_over_tp1", "glm53_bytes_per_step"} <= rows[phase].keys()
     # bytes all-reduced per decode step scale with the batch
     assert rows["decode_b8"]["bytes_per_step"]["all_reduce"] == 8 * rows["decode_b1"]["bytes_per_step"]["all_reduce"]
 
