@@ -298,6 +298,7 @@ class Engine:
             "device_hit_rate": h["device"] / h["prompt"] if h["prompt"] else 0.0,
             "host_hit_rate": h["host"] / h["prompt"] if h["prompt"] else 0.0,
             "steps": self.num_steps,
+            **self.prefix_cache.states.stats(),  # recurrent-state snapshots (hybrid models only)
         }
 
     # ---- the loop ----
