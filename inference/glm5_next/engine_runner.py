@@ -38,8 +38,11 @@ class FlashRunner(ModelRunner):
         super().__init__(model, cache, page_size, fence=host.fence if host is not None else lambda: None, host=host)
         self.host_cache = host_cache  # host pages and host snapshots (None without a host tier)
         self._slot_of: dict[int, tuple[object, int]] = {}  # id(seq) -> (seq, slot)
-        self._free = list(range(cache.slots - 1, -1, -1))
-        self._step_slots: list[int] = []
+        # NOTE: the cache's last slot is the scratch slot of forwards outside a step (prompt
+        # scoring, one sequence from token 0 in chunks): never bound to a sequence.
+        self._scratch = cache.slots - 1
+        self._free = list(range(cache.slots - 2, -1, -1))
+        self._step_slots: Optional[list[int]] = None
 
     @property
     def slots_in_use(self) -> int:
@@ -66,23 +69,34 @@ class FlashRunner(ModelRunner):
         if want_hidden:
             raise ValueError("GLM-5.3-Flash: MTP drafting is not supported yet (num_speculative_tokens=0)")
         self._reclaim()
-        self._step_slots = []
+        slots = []
         for it in items:
             slot = self._bind(it.seq)
             if it.start == 0:
                 self.cache.reset_slot(slot)
-            self._step_slots.append(slot)
-        return super().run_target(items, False)
+            slots.append(slot)
+        self._step_slots = slots
+        try:
+            return super().run_target(items, False)
+        finally:
+            self._step_slots = None
 
     def _target(self, cmd) -> ModelOutput:
+        slots = self._step_slots
+        if slots is None:  # a forward outside a step: prompt scoring
+            if len(cmd.starts) != 1:
+                raise ValueError(f"GLM-5.3-Flash: a forward outside a step runs one sequence, not {len(cmd.starts)}")
+            slots = [self._scratch]
+            if cmd.starts[0] == 0:
+                self.cache.reset_slot(self._scratch)
         batch = build_forward_batch(cmd.tokens, cmd.starts, cmd.pages, cmd.logit_rows, self.device)
         self.fence()
         try:
-            logits = self.model.forward_batch(batch, self.cache, self._step_slots)
+            logits = self.model.forward_batch(batch, self.cache, slots)
         except BaseException:
             # NOTE: the states may be half written: no snapshot may be taken from them, and the
             # forward refuses to continue them (a readmitted sequence reloads or restarts).
-            for slot in self._step_slots:
+            for slot in slots:
                 self.cache.slot_lengths[slot] = -1
             raise
         return ModelOutput(hidden_states=None, logits=logits)
@@ -135,7 +149,8 @@ def build_flash_parts(engine, checkpoint_path, config, clock) -> None:
     host_tokens, host_snapshots = split_budget(config.host_budget_tokens if caching else 0, kv_bpt, state_bytes,
                                                config.state_snapshot_fraction)
     engine.num_device_pages = page_tokens // ps
-    engine.kv_cache = engine.model.new_paged_cache(engine.num_device_pages, ps, config.max_running, snapshots)
+    # one KDA state slot per running sequence, and the runner's scratch slot
+    engine.kv_cache = engine.model.new_paged_cache(engine.num_device_pages, ps, config.max_running + 1, snapshots)
     engine.state_bytes_per_sequence = engine.kv_cache.state_bytes_per_sequence
     host_pages = host_tokens // ps
     host_cache = None
