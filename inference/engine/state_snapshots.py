@@ -206,7 +206,7 @@ class StateSnapshots(NoStateSnapshots):
             return
         seq.snapshot_at = None
         if seq.num_computed == at and _depth(node) == at and node not in self._snaps:
-            if self._take(seq, node, node):
+            if self._take(seq, node, node, evict_retained=False):
                 self.counts["taken_shared"] += 1
             self.settle()  # room for it may have cost another snapshot
 
@@ -232,8 +232,10 @@ class StateSnapshots(NoStateSnapshots):
         self.settle()
         return node if node is self.cache.root or node in self.cache._nodes else self.cache.root
 
-    def _take(self, seq, node: Node, carrier: Node | Tail) -> bool:
-        slot = self._device_slot()
+    def _take(self, seq, node: Node, carrier: Node | Tail, evict_retained: bool = True) -> bool:
+        """evict_retained=False: only a free slot or one whose snapshot no live session retains
+        (a shared prefix is worth less than a session's whole context)."""
+        slot = self._device_slot(evict_retained)
         if slot is None:
             return False
         if self.store is not None and not self.store.save_state(seq, slot, seq.num_computed):
@@ -248,10 +250,10 @@ class StateSnapshots(NoStateSnapshots):
         return True
 
     # ---- the snapshot pools ------------------------------------------------------------------
-    def _device_slot(self) -> Optional[int]:
+    def _device_slot(self, evict_retained: bool = True) -> Optional[int]:
         if self.device.num_free == 0:
             victim = self._lru(on_host=False)
-            if victim is None:
+            if victim is None or (not evict_retained and self._retained(victim)):
                 return None
             self._to_host(victim)
         return self.device.alloc(1)[0]
@@ -269,15 +271,13 @@ class StateSnapshots(NoStateSnapshots):
     def _lru(self, on_host: bool) -> Optional[Snapshot]:
         """The tier's snapshot to evict: superseded ones first, a retained session's latest turn
         end last, least recently used first within each class."""
-        now = self.cache.clock()
-        sessions = self.cache._sessions
-
-        def key(s: Snapshot):
-            live = any(t > now and sessions.get(sid) is s.node for sid, t in s.node.sessions.items())
-            return live, not self._superseded(s), s.last_use
-
         candidates = [s for s in self._snaps.values() if s.on_host == on_host and s is not self._pinned]
-        return min(candidates, key=key, default=None)
+        return min(candidates, key=lambda s: (self._retained(s), not self._superseded(s), s.last_use), default=None)
+
+    def _retained(self, snap: Snapshot) -> bool:
+        """The end of a session's latest turn, inside the session's TTL."""
+        now, sessions = self.cache.clock(), self.cache._sessions
+        return any(t > now and sessions.get(sid) is snap.node for sid, t in snap.node.sessions.items())
 
     def _superseded(self, snap: Snapshot) -> bool:
         """A node's snapshot with a deeper one below it before the path branches (a session's
