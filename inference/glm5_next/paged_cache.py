@@ -22,10 +22,11 @@ from typing import Optional
 import torch
 
 from inference.glm5_next.config import Glm5NextTextConfig
+from inference.glm5_next.dsa_rows import DsaRows, DsaRowStore
 from inference.glm5_next.kda_slots import KdaSlots, layer_indices
 
 
-class FlashPagedCache:
+class FlashPagedCache(DsaRowStore):
     def __init__(self, config: Glm5NextTextConfig, num_pages: int, page_size: int, slots: int, device, dtype,
                  snapshots: int = 0):
         """slots: running sequences' KDA states; snapshots: saved ones (0 on a cache without a
@@ -61,11 +62,6 @@ class FlashPagedCache:
         self.snapshots.pin_memory()
 
     @property
-    def kv_bytes_per_token(self) -> int:
-        per = self.latent[:, 0, 0].numel() * self.latent.element_size()
-        return per + 2 * self.index_keys[:, 0, 0].numel() * self.index_keys.element_size()
-
-    @property
     def state_bytes_per_sequence(self) -> int:
         return self.kda.bytes_per_slot
 
@@ -97,30 +93,19 @@ class FlashPagedCache:
         return _DsaPages(self, layer, block_table, starts, lengths)
 
 
-class _DsaPages:
-    """DsaAttention's `state` over pages: writes each row's valid new tokens at positions
-    starts[b] + t through its block table, returns rows 0..max end gathered back per sequence."""
+class _DsaPages(DsaRows):
+    """DsaRows in pages: row t of sequence b lives in page block_table[b, t // page_size] at
+    t % page_size (-1 entries, unused pages, are read as page 0 and masked)."""
 
     def __init__(self, cache: FlashPagedCache, layer: int, block_table, starts, lengths):
-        self.cache, self.layer = cache, layer
-        self.table, self.starts, self.lengths = block_table, starts, lengths
-        self.end = int((starts + lengths).max())
+        super().__init__(cache, layer, starts, lengths)
+        self.table = block_table
 
     def _write(self, buf: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        b, t = rows.shape[:2]
-        ps = self.cache.page_size
-        pos = self.starts.view(b, 1) + torch.arange(t, device=rows.device).view(1, t)
-        valid = torch.arange(t, device=rows.device).view(1, t) < self.lengths.view(b, 1)
-        page = self.table.gather(1, (pos // ps).clamp(max=self.table.shape[1] - 1))
+        ps, last = self.store.page_size, self.table.shape[1] - 1
+        pos, valid = self._positions(rows)
+        page = self.table.gather(1, (pos // ps).clamp(max=last))
         buf[page[valid], (pos % ps)[valid]] = rows[valid].to(buf.dtype)
         every = torch.arange(self.end, device=rows.device)
-        pages = self.table[:, (every // ps).clamp(max=self.table.shape[1] - 1)].clamp(min=0)  # -1: unused
+        pages = self.table[:, (every // ps).clamp(max=last)].clamp(min=0)
         return buf[pages, (every % ps).view(1, -1)]
-
-    def append(self, latent, keys, gates, lengths=None):
-        c = self.cache
-        latent = self._write(c.latent[c.dsa_index[self.layer]], latent)
-        if keys is None:
-            return latent, None, None
-        j = c.full_index[self.layer]
-        return latent, self._write(c.index_keys[j], keys), self._write(c.index_gates[j], gates)

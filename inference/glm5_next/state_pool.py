@@ -16,10 +16,11 @@ from __future__ import annotations
 import torch
 
 from inference.glm5_next.config import Glm5NextTextConfig
+from inference.glm5_next.dsa_rows import DsaRows, DsaRowStore
 from inference.glm5_next.kda_slots import KdaSlots, layer_indices
 
 
-class FlashStatePool:
+class FlashStatePool(DsaRowStore):
     def __init__(self, config: Glm5NextTextConfig, slots: int, max_len: int, device, dtype: torch.dtype):
         if slots < 1 or max_len < 1:
             raise ValueError(f"slots={slots}, max_len={max_len}: expected positive")
@@ -56,37 +57,20 @@ class FlashStatePool:
     def state_bytes_per_sequence(self) -> int:
         return self.kda.bytes_per_slot
 
-    @property
-    def kv_bytes_per_token(self) -> int:
-        per = self.latent[:, 0, 0].numel() * self.latent.element_size()
-        return per + 2 * self.index_keys[:, 0, 0].numel() * self.index_keys.element_size()
-
     # ---- views used by the forward (KDA states: self.kda.view / write) ---------------------
     def dsa_view(self, layer: int, slots: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor) -> _DsaSlots:
         return _DsaSlots(self, layer, slots, starts, lengths)
 
 
-class _DsaSlots:
-    """DsaAttention's `state` over pool slots: writes each row's valid new tokens at its own
-    offset, returns every slot's rows up to the longest (positions past a row's end are never
-    visible to its valid queries: the indexer and attention masks are causal)."""
+class _DsaSlots(DsaRows):
+    """DsaRows in pool slots: row t of the sequence in slot s lives at [s, t]."""
 
     def __init__(self, pool: FlashStatePool, layer: int, slots, starts, lengths):
-        self.pool, self.layer, self.slots, self.starts, self.lengths = pool, layer, slots, starts, lengths
-        self.end = int((starts + lengths).max())
+        super().__init__(pool, layer, starts, lengths)
+        self.slots = slots
 
     def _write(self, buf: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        b, t = rows.shape[:2]
-        pos = self.starts.view(b, 1) + torch.arange(t, device=rows.device).view(1, t)
-        valid = torch.arange(t, device=rows.device).view(1, t) < self.lengths.view(b, 1)
-        slot = self.slots.view(b, 1).expand(b, t)
+        pos, valid = self._positions(rows)
+        slot = self.slots.view(-1, 1).expand_as(pos)
         buf[slot[valid], pos[valid]] = rows[valid].to(buf.dtype)
         return buf[self.slots, : self.end]
-
-    def append(self, latent, keys, gates, lengths=None):
-        pool = self.pool
-        latent = self._write(pool.latent[pool.dsa_index[self.layer]], latent)
-        if keys is None:
-            return latent, None, None
-        j = pool.full_index[self.layer]
-        return latent, self._write(pool.index_keys[j], keys), self._write(pool.index_gates[j], gates)

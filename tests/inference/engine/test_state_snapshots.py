@@ -18,15 +18,9 @@ from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import Sequence, Status
 from inference.engine.state_snapshots import StateSnapshots, _depth, split_budget
 
+from .test_radix_cache import Clock
+
 PS = 4
-
-
-class Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class HistoryStore:
