@@ -33,7 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from inference.engine import Engine, EngineConfig, GenerateRequest, SamplingParams  # noqa: E402
-from inference.glm5_next.describe import is_flash_checkpoint  # noqa: E402
+from inference.glm5_next.config import Glm5NextTextConfig  # noqa: E402
+from inference.glm5_next.describe import is_flash_checkpoint, kv_bytes_per_token  # noqa: E402
 from inference.glm5_next.random_checkpoint import FLASH_PRESETS, write_flash_checkpoint  # noqa: E402
 
 
@@ -143,17 +144,21 @@ def run(argv: list[str], trace_module, unbounded_working_set) -> int:
     longest = max(s["system_tokens"] + s["task_tokens"] + sum(t["output_tokens"] + t["observation_tokens"]
                                                               for t in s["turns"]) for s in sessions)
     ws = unbounded_working_set(sessions, a.page_size)
-    # As agent_cache.py: the device holds half the working set, the host the rest (at least half
-    # again); a session must fit the device's pages beside the snapshots.
-    device = max(ws // 2, int((longest + 4 * a.page_size) / (1 - a.snapshot_fraction)))
-    host = max(ws - device, ws // 2)
-    print(f"# {a.model}: {len(sessions)} sessions, <= {a.max_turns} turns, working set {ws} tokens, longest "
-          f"{longest}: device {device}, host {host}, page {a.page_size}, snapshots "
-          f"{a.snapshot_fraction:.0%} of each budget", flush=True)
-    common = dict(dtype="float32", kv_budget_tokens=device, page_size=a.page_size, max_batch_tokens=1024,
-                  chunk_size=512, max_running=max(4, a.concurrency), session_ttl_s=a.ttl)
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = checkpoint(a.model, Path(tmp))
+        config = Glm5NextTextConfig.from_pretrained(ckpt)
+        snapshot_tokens = -(-config.kda_state_bytes_per_sequence // kv_bytes_per_token(config, 4))
+        # As agent_cache.py: the device holds half the working set, the host the rest (at least half
+        # again); but a session must fit the device's pages beside the snapshots, and every
+        # concurrent session must be able to keep one snapshot there.
+        device = max(ws // 2, int((longest + 4 * a.page_size) / (1 - a.snapshot_fraction)),
+                     int(a.concurrency * snapshot_tokens / a.snapshot_fraction) + 1)
+        host = max(ws - device, ws // 2)
+        print(f"# {a.model}: {len(sessions)} sessions, <= {a.max_turns} turns, working set {ws} tokens, longest "
+              f"{longest}, a KDA state snapshot = {snapshot_tokens} tokens of KV: device {device}, host {host}, "
+              f"page {a.page_size}, snapshots {a.snapshot_fraction:.0%} of each budget", flush=True)
+        common = dict(dtype="float32", kv_budget_tokens=device, page_size=a.page_size, max_batch_tokens=1024,
+                      chunk_size=512, max_running=max(4, a.concurrency), session_ttl_s=a.ttl)
         off, off_tokens = replay(ckpt, sessions, EngineConfig(**common, enable_prefix_cache=False), trace_module)
         print(json.dumps(off), flush=True)
         on_config = EngineConfig(**common, enable_prefix_cache=True, host_budget_tokens=host,
