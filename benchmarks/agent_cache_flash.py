@@ -152,7 +152,7 @@ def run(argv: list[str], trace_module, unbounded_working_set) -> int:
         # again); but a session must fit the device's pages beside the snapshots, and every
         # concurrent session must be able to keep one snapshot there.
         device = max(ws // 2, int((longest + 4 * a.page_size) / (1 - a.snapshot_fraction)),
-                     int(a.concurrency * snapshot_tokens / a.snapshot_fraction) + 1)
+                     int(a.concurrency * snapshot_tokens / a.snapshot_fraction) + a.page_size)  # + page rounding
         host = max(ws - device, ws // 2)
         print(f"# {a.model}: {len(sessions)} sessions, <= {a.max_turns} turns, working set {ws} tokens, longest "
               f"{longest}, a KDA state snapshot = {snapshot_tokens} tokens of KV: device {device}, host {host}, "

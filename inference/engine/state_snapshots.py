@@ -91,8 +91,6 @@ class NoStateSnapshots:
     """The attachment of a cache whose model has no recurrent state (GLM-5.x): every hook is a
     no-op, so the radix cache and scheduler behave exactly as without the attachment."""
 
-    enabled = False
-
     def attach(self, cache) -> None:
         self.cache = cache
 
@@ -131,7 +129,6 @@ class NoStateSnapshots:
 
 
 class StateSnapshots(NoStateSnapshots):
-    enabled = True
 
     def __init__(self, device_slots: int, host_slots: int = 0, store: Optional[StateStore] = None,
                  host_load_pages: int = 0):
