@@ -5,8 +5,8 @@ What works: continuous batching with chunked prefill and decode mixed in one for
 running sequence (slots = EngineConfig.max_running, `state_bytes_per_sequence` each), the radix
 prefix cache and host tier with KDA state snapshots (inference/engine/state_snapshots.py: a hit
 resumes from the snapshot at its position; preemption resumes from the one taken when the
-victim left), abort. Refused by name: MTP drafting, FP8 KV, torch.compile decode, tensor
-parallelism.
+victim left), abort, FP8-resident weights (weight_format "fp8", fp8_weights.py). Refused by name:
+MTP drafting, FP8 KV, torch.compile decode, tensor parallelism, "fp8_w8a8".
 
 Slots are bound to sequences here, in the runner, so the scheduler stays model-agnostic: a
 sequence gets a slot when the cache loads a snapshot into it (admission) or at its first forward,
@@ -130,8 +130,14 @@ def build_flash_parts(engine, checkpoint_path, config, clock) -> None:
     for name, bad in refused.items():
         if bad:
             raise ValueError(f"EngineConfig.{name}: not supported for GLM-5.3-Flash (glm5_next) checkpoints yet")
+    if config.weight_format == "fp8_w8a8":
+        raise ValueError("EngineConfig.weight_format='fp8_w8a8': not supported for GLM-5.3-Flash (glm5_next) checkpoints "
+                         "(its fused MoE kernel has no SwiGLU clamp); use 'fp8' or 'dequant'")
+    # "auto": FP8 weights stay resident on CUDA (W8A16 here), dequantized at load on CPU, as for GLM-5.x.
+    weight_format = "dequant" if config.resolved_weight_format() == "dequant" else "fp8"
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    engine.model = load_flash_model(checkpoint_path, dtype=dtypes[config.dtype], device=config.device)
+    engine.model = load_flash_model(checkpoint_path, dtype=dtypes[config.dtype], device=config.device,
+                                    weight_format=weight_format)
     engine.model_config = mc = engine.model.config
     ps = config.page_size
     engine.cache_bytes_per_token = kv_bpt = kv_bytes_per_token(mc, engine.model.dtype.itemsize)
