@@ -13,6 +13,7 @@ radix cache are `inference.engine`'s real classes. Replay rules: ../shared/trace
     python benchmarks/agent_cache.py --trace traces.jsonl
     python benchmarks/agent_cache.py --quick
     python benchmarks/agent_cache.py --dp 8          # + DP-attention ranks (policies below)
+    python benchmarks/agent_cache.py --model flash-tiny   # GLM-5.3-Flash, the real model: agent_cache_flash.py
 
 With --dp N the same trace is also replayed on a node of N data-parallel attention ranks, each
 with its own scheduler, radix cache and host tier holding 1/N of the node's KV, the ranks stepping
@@ -213,6 +214,13 @@ trace_module = None
 
 def main(argv: list[str] | None = None) -> int:
     global trace_module
+    argv = sys.argv[1:] if argv is None else argv
+    if any(arg == "--model" or arg.startswith("--model=") for arg in argv):
+        from benchmarks.agent_cache_flash import run as run_flash
+
+        trace_module = load_trace_module()
+        return run_flash(argv, trace_module, lambda sessions, page_size: replay(
+            sessions, "unbounded", unbounded_capacity(sessions), 0, page_size, 0.0, CostModel())["peak_live_tokens"])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trace", help="JSONL trace file (default: generate one in-process)")
     p.add_argument("--sessions", type=int, default=64)

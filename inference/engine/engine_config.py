@@ -54,6 +54,11 @@ class EngineConfig(BaseModel):
     num_speculative_tokens: int = Field(default=0, ge=0, le=8)
     enable_prefix_cache: bool = True
     session_ttl_s: float = Field(default=300.0, ge=0.0)
+    # Models with recurrent layers (GLM-5.3-Flash's KDA): a prefix hit also needs the layers'
+    # state at the matched position, kept as snapshots (inference/engine/state_snapshots.py).
+    # This share of the KV budget's bytes (and of the host budget's) holds them; 0 turns prefix
+    # hits off for such models. Ignored by models without recurrent state.
+    state_snapshot_fraction: float = Field(default=0.25, ge=0.0, lt=1.0)
     reasoning_budgets: dict[str, Optional[int]] = Field(default_factory=lambda: dict(DEFAULT_REASONING_BUDGETS))
     think_start_id: Optional[int] = None
     think_end_id: Optional[int] = None

@@ -29,6 +29,32 @@ class TargetOutput:
     token_rows: list[int]  # per item: first row of its tokens in `hidden`
 
 
+def build_forward_batch(tokens: list[list[int]], starts: list[int], pages: list[list[int]], logit_rows: list[int],
+                        device) -> ForwardBatch:
+    """Per sequence: new tokens, the position of the first, its page ids; plus the flat rows
+    whose logits are wanted -> a ForwardBatch on `device`."""
+    n_per = [len(t) for t in tokens]
+    starts_t = torch.tensor(starts, dtype=torch.long)
+    lens_t = torch.tensor(n_per, dtype=torch.long)
+    qsl = torch.zeros(len(tokens) + 1, dtype=torch.long)
+    qsl[1:] = lens_t.cumsum(0)
+    seq_of = torch.repeat_interleave(torch.arange(len(tokens)), lens_t)
+    positions = starts_t[seq_of] + (torch.arange(int(qsl[-1])) - qsl[seq_of])
+    width = max(len(p) for p in pages)
+    table = torch.full((len(pages), width), -1, dtype=torch.long)
+    for i, p in enumerate(pages):
+        table[i, :len(p)] = torch.tensor(p, dtype=torch.long)
+    flat = [t for seq in tokens for t in seq]
+    return ForwardBatch(
+        input_ids=torch.tensor(flat, dtype=torch.long, device=device),
+        positions=positions.to(device),
+        query_start_loc=qsl.to(device),
+        seq_lens=(starts_t + lens_t).to(device),
+        block_table=table.to(device),
+        logits_indices=torch.tensor(logit_rows, dtype=torch.long, device=device),
+    )
+
+
 # MTP input for one sequence: positions [start, start+len(next_ids)), each paired with the token
 # that follows it and the target (or previous draft's) hidden state at it, by reference.
 MtpSpan = MtpSpanSpec
@@ -63,27 +89,7 @@ class ModelRunner:
         self._draft_selection = None
 
     def _batch(self, tokens: list[list[int]], starts: list[int], pages: list[list[int]], logit_rows: list[int]) -> ForwardBatch:
-        dev = self.device
-        n_per = [len(t) for t in tokens]
-        starts_t = torch.tensor(starts, dtype=torch.long)
-        lens_t = torch.tensor(n_per, dtype=torch.long)
-        qsl = torch.zeros(len(tokens) + 1, dtype=torch.long)
-        qsl[1:] = lens_t.cumsum(0)
-        seq_of = torch.repeat_interleave(torch.arange(len(tokens)), lens_t)
-        positions = starts_t[seq_of] + (torch.arange(int(qsl[-1])) - qsl[seq_of])
-        width = max(len(p) for p in pages)
-        table = torch.full((len(pages), width), -1, dtype=torch.long)
-        for i, p in enumerate(pages):
-            table[i, :len(p)] = torch.tensor(p, dtype=torch.long)
-        flat = [t for seq in tokens for t in seq]
-        return ForwardBatch(
-            input_ids=torch.tensor(flat, dtype=torch.long, device=dev),
-            positions=positions.to(dev),
-            query_start_loc=qsl.to(dev),
-            seq_lens=(starts_t + lens_t).to(dev),
-            block_table=table.to(dev),
-            logits_indices=torch.tensor(logit_rows, dtype=torch.long, device=dev),
-        )
+        return build_forward_batch(tokens, starts, pages, logit_rows, self.device)
 
     # ---- the engine's calls (each one command) ----
     def run_target(self, items: list[ScheduledItem], want_hidden: bool) -> TargetOutput:

@@ -44,6 +44,7 @@ def pool_stats(scheduler, hits: dict[str, int]) -> dict:
         "host_pages_dropped": host.pages_dropped,
         "host_tail_pages": cache.stats()["host_tail_pages"],
         **hit_rates(hits),
+        **cache.states.stats(),  # recurrent-state snapshots (hybrid models only)
     }
 
 

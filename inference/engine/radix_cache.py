@@ -31,6 +31,7 @@ from inference.engine.host_tier import HostTier
 from inference.engine.page_allocator import PageAllocator
 from inference.engine.radix_eviction import RadixEviction
 from inference.engine.radix_node import Match, Node, Tail, TailHit
+from inference.engine.state_snapshots import NoStateSnapshots
 
 __all__ = ["Match", "Node", "RadixCache", "Tail", "TailHit"]
 
@@ -38,13 +39,17 @@ __all__ = ["Match", "Node", "RadixCache", "Tail", "TailHit"]
 class RadixCache(RadixEviction):
     def __init__(self, page_size: int, allocator: PageAllocator, host: Optional[HostTier] = None,
                  clock: Callable[[], float] = time.monotonic, enabled: bool = True,
-                 copy_page: Optional[Callable[[int, int], None]] = None):
+                 copy_page: Optional[Callable[[int, int], None]] = None,
+                 states: Optional[NoStateSnapshots] = None):
         self.page_size = page_size
         self.allocator = allocator
         self.host = host if host is not None else HostTier(0)
         self.clock = clock
         self.enabled = enabled
         self.copy_page = copy_page  # copies one device page's KV (None: accounting only)
+        # Recurrent-state snapshots a hit also needs (hybrid models, state_snapshots.py); the
+        # default attachment does nothing.
+        self.states = states if states is not None else NoStateSnapshots()
         self.root = Node(None, (), [])
         self.root.lock_ref = 1
         self._nodes: set[Node] = set()
@@ -52,6 +57,7 @@ class RadixCache(RadixEviction):
         self._tick = 0
         self.device_cached_pages = 0
         self.host_cached_pages = 0
+        self.states.attach(self)
 
     # ---- lookup ----
     def _page(self, tokens, i: int) -> tuple:
@@ -251,6 +257,7 @@ class RadixCache(RadixEviction):
         tail, node.tail = node.tail, None
         if tail is None:
             return
+        self.states.forget_tail(node, tail)
         if tail.on_host:
             self.host.drop([tail.page])
             self.host_cached_pages -= 1

@@ -23,6 +23,7 @@ from typing import Callable, Optional
 from inference.engine.host_tier import HostTier
 from inference.engine.page_allocator import PageAllocator
 from inference.engine.radix_node import Node
+from inference.engine.state_snapshots import NoStateSnapshots
 
 
 class RadixEviction:
@@ -38,6 +39,7 @@ class RadixEviction:
     _sessions: dict[str, Node]  # session id -> the node its protected path ends at
     device_cached_pages: int
     host_cached_pages: int
+    states: NoStateSnapshots  # recurrent-state snapshots: follow their carriers, pruned by settle()
 
     # ---- session retention ----
     def retain(self, session_id: str, node: Node, ttl_s: float) -> None:
@@ -74,7 +76,11 @@ class RadixEviction:
 
     def make_room(self, num_pages: int) -> bool:
         """Evict device pages until `num_pages` are free; False if locked pages prevent it."""
-        return self.allocator.num_free >= num_pages or self._evict(False, num_pages, self.clock())
+        if self.allocator.num_free >= num_pages:
+            return True
+        done = self._evict(False, num_pages, self.clock())
+        self.states.settle()  # pages that lost their snapshot go too
+        return done or self.allocator.num_free >= num_pages
 
     def _make_host_room(self, num_pages: int, now: float, exclude: Node) -> bool:
         if self.host.num_free >= num_pages:
@@ -94,7 +100,8 @@ class RadixEviction:
 
         heap = [entry(n, True) for n in self._nodes if is_leaf(n) and n is not exclude]
         # A leaf's own tail goes with it; other tails are evicted alone.
-        heap += [entry(n, False) for n in self._tailed(on_host) if not is_leaf(n) and n is not exclude]
+        heap += [entry(n, False) for n in self._tailed(on_host)
+                 if not is_leaf(n) and n is not exclude and not self.states.pinned(n.tail)]
         heapq.heapify(heap)
         while pool.num_free < num_pages and heap:
             _, whole, node = heapq.heappop(heap)
@@ -132,6 +139,7 @@ class RadixEviction:
             self.allocator.free(node.device_pages)
             self.device_cached_pages -= n
             node.device_pages = None
+            self.states.spilled(node)
         else:
             self._delete_subtree(node)
 
@@ -146,6 +154,7 @@ class RadixEviction:
         self.device_cached_pages -= 1
         self.host_cached_pages += 1
         tail.page, tail.on_host = host_page, True
+        self.states.spilled(tail)
 
     def _delete_subtree(self, node: Node) -> None:
         for child in list(node.children.values()):
@@ -159,6 +168,7 @@ class RadixEviction:
             self.host_cached_pages -= len(node.host_pages)
         del node.parent.children[node.key[:self.page_size]]
         self._nodes.discard(node)
+        self.states.forget(node)
 
     def clear(self) -> None:
         """Drop every unlocked node (both tiers) and the root's tail (running sequences only
@@ -166,6 +176,7 @@ class RadixEviction:
         self._drop_tail(self.root)
         for child in list(self.root.children.values()):
             self._clear_unlocked(child)
+        self.states.settle()
 
     def _clear_unlocked(self, node: Node) -> None:
         for child in list(node.children.values()):

@@ -85,7 +85,8 @@ class Scheduler:
                     seq.draft_tokens = seq.draft_tokens[:budget - 1]
                     n_feed = budget
             else:
-                n_feed = min(seq.num_uncomputed, self.config.chunk_size, budget)
+                n_feed = _stop_at(min(seq.num_uncomputed, self.config.chunk_size, budget), seq.num_computed,
+                                  seq.snapshot_at)
             if not self._reserve(seq, seq.num_computed + n_feed, may_preempt=True):
                 continue
             batch.items.append(self._item(seq, n_feed))
@@ -133,15 +134,22 @@ class Scheduler:
                     continue
                 computing.add(first_page)
             self.cache.lock(match.node)
+            locked = match.node
+            num_matched = (len(match.device_pages) + match.num_host_pages) * self.page_size
+            tail = self.cache.match_tail(match.node, key, num_matched, len(seq.tokens) - 1)
+            # Hybrid models: cut back to where a recurrent-state snapshot lets the request resume.
+            plan = self.cache.states.plan(match, tail)
+            match, tail = plan.match, plan.tail
             n_device, n_host = len(match.device_pages), match.num_host_pages
             num_cached = (n_device + n_host) * self.page_size
-            tail = self.cache.match_tail(match.node, key, num_cached, len(seq.tokens) - 1)
             n_tail = tail.n if tail is not None else 0
-            n_feed = min(len(seq.tokens) - num_cached - n_tail, self.config.chunk_size, budget)
+            n_feed = _stop_at(min(len(seq.tokens) - num_cached - n_tail, self.config.chunk_size, budget),
+                              num_cached + n_tail, plan.snapshot_at)
             # host pages to restore + a private copy of the partly matched page + new pages
             need = self._pages_for(num_cached + n_tail + n_feed) - n_device
             if not self.cache.make_room(need):
-                self.cache.unlock(match.node)
+                self.cache.states.abandon(plan)
+                self.cache.unlock(locked)
                 break  # no room without preempting running work: wait for it to finish
             self.cache.restore(match)
             taken = self.cache.take_tail(tail) if tail is not None else None
@@ -158,8 +166,9 @@ class Scheduler:
             seq.num_tree_pages = len(seq.pages)
             if tail_page is not None:
                 seq.pages.append(tail_page)
-            seq.lock_node = match.node
+            seq.lock_node = locked
             seq.num_computed = num_cached + n_tail
+            restored += self.cache.states.resume(seq, plan)
             seq.status = Status.RUNNING
             seq.draft_tokens = []
             seq.wait_steps = 0
@@ -224,6 +233,7 @@ class Scheduler:
         seq.pages[:n_full] = match.device_pages
         seq.lock_node, seq.num_tree_pages = match.node, n_full
         self.allocator.free(leftover)
+        self.cache.states.reached(seq, match.node)
 
     # ---- release ----
     def release(self, seq: Sequence, retain_session: bool = False) -> None:
@@ -233,11 +243,15 @@ class Scheduler:
         node, leftover = self.cache.insert(key[:n_full * self.page_size], seq.pages[:n_full])
         rest = seq.pages[n_full:]
         partial = tuple(key[n_full * self.page_size:seq.num_computed])
+        tail = None
         if rest and partial and self.cache.attach_tail(node, partial, rest[0]):
-            rest = rest[1:]
+            rest, tail = rest[1:], node.tail
         self.allocator.free(leftover + rest)
         if seq.lock_node is not None:
             self.cache.unlock(seq.lock_node)
+        # Hybrid models: save the recurrent state where the sequence stopped (and prune what no
+        # snapshot backs); the default attachment returns `node` unchanged.
+        node = self.cache.states.keep(seq, node, tail, seq.lock_node)
         if retain_session and seq.session_id is not None:
             self.cache.retain(seq.session_id, node, self.config.session_ttl_s)
         seq.pages, seq.num_tree_pages, seq.lock_node, seq.num_computed = [], 0, None, 0
@@ -249,3 +263,9 @@ class Scheduler:
         self.remove(seq)
         seq.status = Status.FINISHED
         seq.finish_reason = reason
+
+
+def _stop_at(n_feed: int, start: int, stop: Optional[int]) -> int:
+    """A prefill chunk of `n_feed` tokens from `start` ends at `stop` (where the cache wants the
+    model's recurrent state saved) when it would cross it."""
+    return min(n_feed, stop - start) if stop is not None and start < stop else n_feed

@@ -47,6 +47,9 @@ class Sequence:
         self.pages: list[int] = []
         self.num_tree_pages = 0
         self.lock_node: Optional[Node] = None
+        # Hybrid models: a page boundary ahead where the cache wants the recurrent state saved
+        # (a shared prefix with pages but no snapshot); prefill chunks stop there.
+        self.snapshot_at: Optional[int] = None
         self.admitted = False
         self.cached_device = 0
         self.cached_host = 0

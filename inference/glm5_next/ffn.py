@@ -43,27 +43,36 @@ class ClampedExperts(nn.Module):
         self.limit = config.swiglu_limit
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        n, k = ids.shape
-        n_experts = self.gate_up_proj.shape[0]
-        flat = ids.reshape(-1)
-        order = flat.argsort(stable=True)
-        counts = torch.bincount(flat, minlength=n_experts)
-        token = order // k
-        xs = x.index_select(0, token)
-        if _grouped_mm is not None and x.dtype in _GROUPED_DTYPES.get(x.device.type, ()) and n * k >= n_experts:
-            ends = counts.cumsum(0).to(torch.int32)
-            gate, up = _grouped_mm(xs, self.gate_up_proj.transpose(1, 2), offs=ends).chunk(2, dim=-1)
-            ys = _grouped_mm(clamped_swiglu(gate, up, self.limit), self.down_proj.transpose(1, 2), offs=ends)
-        else:
-            ys = torch.empty_like(xs)
-            start = 0
-            for e, c in enumerate(counts.tolist()):  # one GEMM pair per expert that got tokens
-                if c:
-                    gate, up = F.linear(xs[start : start + c], self.gate_up_proj[e]).chunk(2, dim=-1)
-                    ys[start : start + c] = F.linear(clamped_swiglu(gate, up, self.limit), self.down_proj[e])
-                    start += c
-        ys = ys * weights.reshape(-1)[order].unsqueeze(-1).to(ys.dtype)
-        return torch.zeros_like(x).index_add_(0, token, ys)
+        return run_experts(x, ids, weights, self.gate_up_proj, self.down_proj, self.limit)
+
+
+def run_experts(x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, gate_up: torch.Tensor,
+                down: torch.Tensor, limit: float, n_routed: int | None = None) -> torch.Tensor:
+    """x [N, H], ids / weights [N, k] into the stacks gate_up [E, 2I, H], down [E, H, I]. n_routed:
+    the model's expert count when the stacks hold only some experts (ids renumbered into them);
+    it picks grouped vs per-expert GEMMs as for the full stacks, so the result is the same."""
+    n, k = ids.shape
+    n_experts = gate_up.shape[0]
+    flat = ids.reshape(-1)
+    order = flat.argsort(stable=True)
+    counts = torch.bincount(flat, minlength=n_experts)
+    token = order // k
+    xs = x.index_select(0, token)
+    grouped = n * k >= (n_routed or n_experts)
+    if _grouped_mm is not None and x.dtype in _GROUPED_DTYPES.get(x.device.type, ()) and grouped:
+        ends = counts.cumsum(0).to(torch.int32)
+        gate, up_ = _grouped_mm(xs, gate_up.transpose(1, 2), offs=ends).chunk(2, dim=-1)
+        ys = _grouped_mm(clamped_swiglu(gate, up_, limit), down.transpose(1, 2), offs=ends)
+    else:
+        ys = torch.empty_like(xs)
+        start = 0
+        for e, c in enumerate(counts.tolist()):  # one GEMM pair per expert that got tokens
+            if c:
+                gate, up_ = F.linear(xs[start : start + c], gate_up[e]).chunk(2, dim=-1)
+                ys[start : start + c] = F.linear(clamped_swiglu(gate, up_, limit), down[e])
+                start += c
+    ys = ys * weights.reshape(-1)[order].unsqueeze(-1).to(ys.dtype)
+    return torch.zeros_like(x).index_add_(0, token, ys)
 
 
 class FlashMoE(nn.Module):

@@ -7,8 +7,9 @@ transformers' conversion mapping applies on load (docs/glm5-model.md §G):
 - `hc_attn_{fn,base,scale}` / `hc_ffn_*` -> `attn_hc.*` / `ffn_hc.*`;
 - `self_attn.{q,k,v}_conv1d.weight` [D, 1, K] concatenated into `self_attn.conv1d.weight`;
 - per-expert `mlp.experts.{e}.{gate,up,down}_proj.weight` packed into gate_up_proj / down_proj;
-- a `.weight` with a `.weight_scale_inv` sibling is FP8 e4m3 with block scales, dequantized with
-  inference/fp8.py's dequantize_blockwise.
+- a `.weight` with a `.weight_scale_inv` sibling is FP8 e4m3 with block scales: dequantized with
+  inference/fp8.py's dequantize_blockwise (weight_format "dequant"), or kept e4m3 + scales in
+  memory ("fp8": fp8_weights.py says which modules and how they multiply).
 Skipped, and counted in `load_notes`: the MTP layer (`layers.{num_hidden_layers}.*`,
 `shared_head.*`; transformers ignores them too and there is no oracle for it yet), the vision
 tower `model.visual.*` when loaded with vision=False, indexer weights shipped on IndexShare "shared"
@@ -26,7 +27,9 @@ import torch
 
 from inference.fp8 import DEFAULT_BLOCK, dequantize_blockwise
 from inference.glm5_next.config import Glm5NextTextConfig
+from inference.glm5_next.fp8_weights import make_fp8_resident
 from inference.glm5_next.model import Glm5NextForCausalLM
+from inference.layers.fp8_linear import E4M3
 from inference.loader import CheckpointError, _Shards, checkpoint_files
 
 log = logging.getLogger(__name__)
@@ -60,9 +63,11 @@ def our_name(disk: str) -> str:
 def load_flash_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
                      weight_format: str = "dequant", vision: bool = True) -> Glm5NextForCausalLM:
     """vision: build and load the vision tower when the checkpoint has one (model.visual.*);
-    False skips its tensors (text-only serving)."""
-    if weight_format != "dequant":
-        raise ValueError(f"weight_format={weight_format!r}: GLM-5.3-Flash loads FP8 dequantized only ('dequant') so far")
+    False skips its tensors (text-only serving). weight_format: "dequant" or "fp8" (FP8 weights
+    stay e4m3 + block scales; a checkpoint without FP8 weights loads the same either way)."""
+    if weight_format not in ("dequant", "fp8"):
+        raise ValueError(f"weight_format={weight_format!r}: GLM-5.3-Flash loads 'dequant' or 'fp8' ('fp8_w8a8' needs "
+                         "a fused MoE kernel with the SwiGLU clamp)")
     path = Path(path)
     config = Glm5NextTextConfig.from_pretrained(path)
     shards = _Shards(checkpoint_files(path))
@@ -71,7 +76,11 @@ def load_flash_model(path: str | Path, dtype: torch.dtype = torch.float32, devic
     vision = vision and has_vision
     with torch.device("meta"):
         model = Glm5NextForCausalLM(config, vision=vision)
+        if weight_format == "fp8":
+            fp8 = {our_name(n.removesuffix("_scale_inv")) for n in shards.files if n.endswith("_scale_inv")}
+            make_fp8_resident(model, config, block, fp8.__contains__)
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    resident = {k for k, v in model.state_dict().items() if v.dtype == E4M3}  # kept FP8: loaded as stored
     notes: dict[str, int] = defaultdict(int)
     errors: list[str] = []
     plain: dict[str, str] = {}
@@ -108,6 +117,7 @@ def load_flash_model(path: str | Path, dtype: torch.dtype = torch.float32, devic
         plain[name] = disk
     for param in expected:
         covered = param in plain or param in convs or param.rsplit(".", 1)[0] in experts
+        covered = covered or param.removesuffix("_scale_inv") in resident & plain.keys()
         if not covered and not (param == "lm_head.weight" and config.tie_word_embeddings):
             errors.append(f"{param}: missing")
     for param, parts in convs.items():
@@ -139,12 +149,27 @@ def load_flash_model(path: str | Path, dtype: torch.dtype = torch.float32, devic
     def target(param: str) -> torch.dtype:
         return torch.float32 if _FP32.search(param) else dtype
 
-    state: dict[str, torch.Tensor] = {p: read(d, target(p)) for p, d in plain.items()}
+    def stored(disk: str, param: str) -> torch.Tensor:
+        """An FP8-resident weight or its scales, as the checkpoint has them."""
+        t = shards.get(disk)
+        if tuple(t.shape) != expected[param]:
+            raise CheckpointError(f"{disk}: shape {list(t.shape)} != {list(expected[param])}")
+        return t.to(device)
+
+    state: dict[str, torch.Tensor] = {}
+    for p, d in plain.items():
+        if p in resident:
+            state[p], state[p + "_scale_inv"] = stored(d, p), stored(d + "_scale_inv", p + "_scale_inv").float()
+        else:
+            state[p] = read(d, target(p))
     for param, parts in convs.items():
         state[param] = torch.cat([read(parts[c], target(param)) for c in "qkv"], dim=0)
         if tuple(state[param].shape) != expected[param]:
             raise CheckpointError(f"{param}: concatenated conv shape {list(state[param].shape)} != {list(expected[param])}")
     for prefix, parts in experts.items():
+        if f"{prefix}.gate_up_proj" in resident:
+            state.update(_fp8_experts(prefix, parts, config.n_routed_experts, shards.get, expected, device))
+            continue
         gate_up = torch.empty(expected[f"{prefix}.gate_up_proj"], dtype=dtype, device=device)
         down = torch.empty(expected[f"{prefix}.down_proj"], dtype=dtype, device=device)
         inter = down.shape[2]
@@ -168,3 +193,18 @@ def load_flash_model(path: str | Path, dtype: torch.dtype = torch.float32, devic
     for note, count in notes.items():
         log.info("%s: %d %s", path, count, note)
     return model.eval()
+
+
+def _fp8_experts(prefix: str, parts: dict[tuple[int, str], str], n_experts: int, get, expected: dict,
+                 device) -> dict[str, torch.Tensor]:
+    """Per-expert e4m3 weights and their scales packed, as stored, into Fp8ClampedExperts' stacks
+    (gate rows then up rows per expert)."""
+    out = {}
+    for packed, kinds in (("gate_up_proj", ("gate_proj", "up_proj")), ("down_proj", ("down_proj",))):
+        for suffix in ("", "_scale_inv"):
+            name = f"{prefix}.{packed}{suffix}"
+            t = torch.stack([torch.cat([get(parts[(e, k)] + suffix) for k in kinds]) for e in range(n_experts)])
+            if tuple(t.shape) != expected[name]:
+                raise CheckpointError(f"{name}: packed shape {list(t.shape)} != {list(expected[name])}")
+            out[name] = t.to(device=device, dtype=torch.float32 if suffix else t.dtype)
+    return out

@@ -190,8 +190,8 @@ class Glm5NextForCausalLM(nn.Module):
         ids = torch.zeros(len(seqs), int(lengths.max()), dtype=torch.long, device=dev)
         for row, (_, toks) in enumerate(seqs):
             ids[row, : len(toks)] = torch.tensor(toks, device=dev)
-        logits = self._ragged(ids, lengths, starts, lambda i: pool.kda_view(i, slots),
-                              lambda i, st: pool.kda_write(i, slots, st), lambda i: pool.dsa_view(i, slots, starts, lengths))
+        logits = self._ragged(ids, lengths, starts, lambda i: pool.kda.view(i, slots),
+                              lambda i, st: pool.kda.write(i, slots, st), lambda i: pool.dsa_view(i, slots, starts, lengths))
         pool.lengths[slots] = starts + lengths
         return [logits[row, : len(toks)] for row, (_, toks) in enumerate(seqs)]
 
@@ -221,16 +221,16 @@ class Glm5NextForCausalLM(nn.Module):
         if image_rows is not None:
             flat, values = image_rows
             embeds_at = (seq_of[flat], col[flat], values)
-        logits = self._ragged(ids, lengths, starts, lambda i: cache.kda_view(i, slot_t),
-                              lambda i, st: cache.kda_write(i, slot_t, st),
+        logits = self._ragged(ids, lengths, starts, lambda i: cache.kda.view(i, slot_t),
+                              lambda i, st: cache.kda.write(i, slot_t, st),
                               lambda i: cache.dsa_view(i, batch.block_table, starts, lengths), embeds_at)
         for s, end in zip(slots, batch.seq_lens.tolist()):
             cache.slot_lengths[s] = end
         rows = batch.logits_indices
         return logits[seq_of[rows], col[rows]]
 
-    def new_paged_cache(self, num_pages: int, page_size: int, slots: int) -> FlashPagedCache:
-        return FlashPagedCache(self.config, num_pages, page_size, slots, self.device, self.dtype)
+    def new_paged_cache(self, num_pages: int, page_size: int, slots: int, snapshots: int = 0) -> FlashPagedCache:
+        return FlashPagedCache(self.config, num_pages, page_size, slots, self.device, self.dtype, snapshots)
 
     def new_state_pool(self, slots: int, max_len: int) -> FlashStatePool:
         return FlashStatePool(self.config, slots, max_len, self.device, self.dtype)

@@ -5,8 +5,8 @@ A slot holds everything one running sequence carries between steps:
   recurrent state [H, Dk, Dv] (`state_bytes_per_sequence`);
 - per DSA layer, rows that grow with the context: the MLA latent [kv_lora_rank] and, on full
   indexer layers, the indexer key and pool-gate logits [2 x Dh] (`kv_bytes_per_token`).
-The DSA rows live in a dense [slots, max_len] buffer per layer here; the engine's paged latent
-cache (shared pages, radix prefix cache) is the next step (README, GLM-5.3-Flash).
+The DSA rows live in a dense [slots, max_len] buffer per layer here (the engine uses pages:
+paged_cache.py); the KDA states in `KdaSlots`.
 `alloc` hands out a zeroed slot, `free` returns it; `Glm5NextForCausalLM.forward_slots` runs a
 ragged batch over slots (each sequence its own number of new tokens).
 """
@@ -16,25 +16,20 @@ from __future__ import annotations
 import torch
 
 from inference.glm5_next.config import Glm5NextTextConfig
-from inference.glm5_next.kda import KdaState
+from inference.glm5_next.dsa_rows import DsaRows, DsaRowStore
+from inference.glm5_next.kda_slots import KdaSlots, layer_indices
 
 
-class FlashStatePool:
+class FlashStatePool(DsaRowStore):
     def __init__(self, config: Glm5NextTextConfig, slots: int, max_len: int, device, dtype: torch.dtype):
         if slots < 1 or max_len < 1:
             raise ValueError(f"slots={slots}, max_len={max_len}: expected positive")
         self.config, self.slots, self.max_len = config, slots, max_len
-        kda = [i for i in range(config.num_hidden_layers) if config.is_kda(i)]
-        dsa = [i for i in range(config.num_hidden_layers) if not config.is_kda(i)]
-        full = [i for i in dsa if config.is_full_indexer(i)]
-        self.kda_index = {layer: j for j, layer in enumerate(kda)}
-        self.dsa_index = {layer: j for j, layer in enumerate(dsa)}
-        self.full_index = {layer: j for j, layer in enumerate(full)}
-        d, h, c = config.linear_head_dim, config.linear_num_heads, 3 * config.linear_dim
-        self.conv = torch.zeros(len(kda), slots, c, config.linear_conv_kernel_dim - 1, device=device)
-        self.recurrent = torch.zeros(len(kda), slots, h, d, d, device=device)
-        self.latent = torch.zeros(len(dsa), slots, max_len, config.kv_lora_rank, device=device, dtype=dtype)
-        self.index_keys = torch.zeros(len(full), slots, max_len, config.index_head_dim, device=device, dtype=dtype)
+        _, self.dsa_index, self.full_index = layer_indices(config)
+        self.kda = KdaSlots(config, slots, device)
+        self.latent = torch.zeros(len(self.dsa_index), slots, max_len, config.kv_lora_rank, device=device, dtype=dtype)
+        self.index_keys = torch.zeros(len(self.full_index), slots, max_len, config.index_head_dim, device=device,
+                                      dtype=dtype)
         self.index_gates = torch.zeros_like(self.index_keys)
         self.lengths = torch.zeros(slots, dtype=torch.long, device=device)
         self._free = list(range(slots - 1, -1, -1))
@@ -48,8 +43,7 @@ class FlashStatePool:
         if not self._free:
             raise RuntimeError(f"state pool exhausted: all {self.slots} slots are in use")
         slot = self._free.pop()
-        self.conv[:, slot].zero_()
-        self.recurrent[:, slot].zero_()
+        self.kda.reset(slot)
         self.lengths[slot] = 0
         return slot
 
@@ -61,49 +55,22 @@ class FlashStatePool:
     # ---- sizes ---------------------------------------------------------------------------
     @property
     def state_bytes_per_sequence(self) -> int:
-        return (self.conv[:, 0].numel() * self.conv.element_size()
-                + self.recurrent[:, 0].numel() * self.recurrent.element_size())  # fmt: skip
+        return self.kda.bytes_per_slot
 
-    @property
-    def kv_bytes_per_token(self) -> int:
-        per = self.latent[:, 0, 0].numel() * self.latent.element_size()
-        return per + 2 * self.index_keys[:, 0, 0].numel() * self.index_keys.element_size()
-
-    # ---- views used by the forward -------------------------------------------------------
-    def kda_view(self, layer: int, slots: torch.Tensor) -> KdaState:
-        j = self.kda_index[layer]
-        return KdaState(self.conv[j, slots], self.recurrent[j, slots])
-
-    def kda_write(self, layer: int, slots: torch.Tensor, state: KdaState) -> None:
-        j = self.kda_index[layer]
-        self.conv[j, slots] = state.conv
-        self.recurrent[j, slots] = state.recurrent
-
+    # ---- views used by the forward (KDA states: self.kda.view / write) ---------------------
     def dsa_view(self, layer: int, slots: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor) -> _DsaSlots:
         return _DsaSlots(self, layer, slots, starts, lengths)
 
 
-class _DsaSlots:
-    """DsaAttention's `state` over pool slots: writes each row's valid new tokens at its own
-    offset, returns every slot's rows up to the longest (positions past a row's end are never
-    visible to its valid queries: the indexer and attention masks are causal)."""
+class _DsaSlots(DsaRows):
+    """DsaRows in pool slots: row t of the sequence in slot s lives at [s, t]."""
 
     def __init__(self, pool: FlashStatePool, layer: int, slots, starts, lengths):
-        self.pool, self.layer, self.slots, self.starts, self.lengths = pool, layer, slots, starts, lengths
-        self.end = int((starts + lengths).max())
+        super().__init__(pool, layer, starts, lengths)
+        self.slots = slots
 
     def _write(self, buf: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        b, t = rows.shape[:2]
-        pos = self.starts.view(b, 1) + torch.arange(t, device=rows.device).view(1, t)
-        valid = torch.arange(t, device=rows.device).view(1, t) < self.lengths.view(b, 1)
-        slot = self.slots.view(b, 1).expand(b, t)
+        pos, valid = self._positions(rows)
+        slot = self.slots.view(-1, 1).expand_as(pos)
         buf[slot[valid], pos[valid]] = rows[valid].to(buf.dtype)
         return buf[self.slots, : self.end]
-
-    def append(self, latent, keys, gates, lengths=None):
-        pool = self.pool
-        latent = self._write(pool.latent[pool.dsa_index[self.layer]], latent)
-        if keys is None:
-            return latent, None, None
-        j = pool.full_index[self.layer]
-        return latent, self._write(pool.index_keys[j], keys), self._write(pool.index_gates[j], gates)

@@ -1,4 +1,5 @@
-"""`horizon model init-random --preset flash-tiny` and `benchmarks/model_forward.py --model flash-tiny --quick`."""
+"""`horizon model init-random --preset flash-tiny`, `benchmarks/model_forward.py --model flash-tiny --quick` and
+`benchmarks/agent_cache.py --model flash-tiny --quick`."""
 
 from __future__ import annotations
 
@@ -71,6 +72,27 @@ def test_image_inputs_benchmark_quick(tmp_path):
     assert result["held_bytes_ours"] * 8 == result["held_bytes_hf"]  # uint8 canvas vs fp32 rows x temporal 2
     for key in ("first_sight_ratio", "resent_ratio", "hf_ms", "ours_prepare_ms", "ours_patchify_ms"):
         assert result[key] > 0
+
+
+def test_agent_cache_benchmark_quick_snapshots_on_vs_off(capsys):
+    """The real model over agent sessions: with KDA state snapshots, hits and fewer recomputed
+    tokens; without, none; the same greedy tokens either way."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_agent_cache", ROOT / "benchmarks" / "agent_cache.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--model", "flash-tiny", "--quick"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    rows = {line["policy"]: line for line in lines if "policy" in line}
+    on, off = rows["snapshots-on"], rows["snapshots-off"]
+    for row in (on, off):
+        assert row["hit_tokens"] == row["device_hit_tokens"] + row["host_hit_tokens"]
+        assert row["recomputed_tokens"] == row["prompt_tokens"] - row["hit_tokens"]
+    assert on["prompt_tokens"] == off["prompt_tokens"] and off["hit_tokens"] == 0
+    assert on["hit_rate"] > 0 and on["recomputed_tokens"] < off["recomputed_tokens"]
+    assert on["state_snapshots"]["resumed"] > 0
+    assert lines[-1]["flash_comparison"]["outputs_identical"] is True
 
 
 def test_info_reports_cache_per_token_and_state_per_sequence(tmp_path, capsys):

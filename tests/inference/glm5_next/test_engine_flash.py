@@ -79,6 +79,19 @@ def test_aborts_and_many_mixed_requests_return_every_slot_and_page(ckpt):
     assert eng.runner.slots_in_use == 0
 
 
+def test_prompt_logprobs_equal_the_models_own(ckpt, expected):
+    prompts, _ = expected
+    eng = _engine(ckpt, chunk_size=5)
+    model = load_flash_model(ckpt)
+    prompt = prompts[4]
+    want = torch.log_softmax(model(torch.tensor([prompt]))[0, :-1].float(), dim=-1)
+    got = eng.prompt_logprobs(prompt, top_n=2)
+    assert got[0] is None and len(got) == len(prompt)
+    for i, lp in enumerate(got[1:]):
+        assert lp.token_id == prompt[i + 1] and abs(lp.logprob - want[i, prompt[i + 1]].item()) < 1e-4
+    assert [r.token_ids for r in eng.generate([_req(p, 7) for p in prompts])] == expected[1]  # slots untouched
+
+
 def test_unsupported_engine_options_are_refused_by_name(ckpt):
     with pytest.raises(ValueError, match="num_speculative_tokens"):
         _engine(ckpt, num_speculative_tokens=1)

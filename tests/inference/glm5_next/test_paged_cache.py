@@ -8,6 +8,7 @@ import torch
 
 from inference.forward_batch import ForwardBatch
 from inference.glm5_next.loader import load_flash_model
+from inference.glm5_next.paged_cache import FlashPagedCache
 from inference.glm5_next.random_checkpoint import write_flash_checkpoint
 
 TOL = 1e-4
@@ -52,14 +53,17 @@ def test_prefix_hit_resumes_from_a_state_snapshot(model, via_host):
     only the new tokens computed; logits equal a full recompute."""
     prefix = _tokens(model, 3 * PAGE, seed=1)  # 12 tokens: 3 full pages
     turn2 = prefix + _tokens(model, 9, seed=2)
-    cache = model.new_paged_cache(num_pages=12, page_size=PAGE, slots=2)
+    cache = model.new_paged_cache(num_pages=12, page_size=PAGE, slots=2, snapshots=2)
     model.forward_batch(ForwardBatch.build([prefix], [0], [[5, 6, 7]]), cache, slots=[0])
-    snap = cache.snapshot(0)
-    assert snap.length == 12 and snap.nbytes == cache.state_bytes_per_sequence
-    if via_host:  # spilled to host memory and brought back, as a host tier would
-        snap = snap.to("cpu").to(model.device)
+    cache.save(0, 1)
+    assert cache.snapshots.bytes_per_slot == cache.state_bytes_per_sequence == model.config.kda_state_bytes_per_sequence
+    source = None
+    if via_host:  # spilled to host memory, then loaded from there, as the host tier does
+        source = FlashPagedCache(model.config, 0, PAGE, 0, "cpu", model.dtype, snapshots=3)
+        cache.spill(1, source, 2)
+        cache.snapshots.reset(1)
     cache.reset_slot(0)  # the slot goes to someone else
-    cache.restore(1, snap)
+    cache.load(2 if via_host else 1, 1, length=12, source=source)
     batch = ForwardBatch.build([turn2[12:]], [12], [[5, 6, 7, 2, 9, 10]], logits="all")
     hit = model.forward_batch(batch, cache, slots=[1])
     full = model(torch.tensor([turn2]))[0, 12:]
