@@ -115,16 +115,17 @@ def prefill_tokens(batch: ScheduledBatch) -> int:
     return sum(len(it.token_ids) for it in batch.items if not it.seq.in_decode)
 
 
-def sessions_held(pools: list[Rank], latest: dict[str, Rank]) -> int:
-    """Sessions held: live sessions (a turn still to come) whose computed context is all in device
-    KV. A turn of theirs is running (admitted, pages allocated), or none is and the path their
-    latest turn cached ends on the device of the rank that ran it, under its retention TTL (every
-    whole page resident; a partly filled last page may have spilled). A waiting turn whose previous
-    context is resident counts; a preempted one does not once its pages leave the device.
-    latest: live session id -> the pool its latest turn went to."""
-    held = {s.request_id.rpartition(":")[0] for r in pools for s in r.sched.running}  # "session:turn"
+def sessions_held(pools: list[Rank], retained_on: dict[str, Rank]) -> int:
+    """Sessions held: live sessions (a turn still to come) whose whole context is in device KV.
+    Either a turn of theirs is decoding (its prompt all computed, on the device), or the path their
+    last finished turn cached ends on the device of the rank that ran it, under its retention TTL
+    (every whole page resident; a partly filled last page may have spilled). A turn waiting, or
+    prefilling on top of that resident path, keeps its session held; one that lost it (evicted,
+    or a turn sent to another rank) is held again once it decodes.
+    retained_on: live session id -> the pool its last finished turn ran on."""
+    held = {s.request_id.rpartition(":")[0] for r in pools for s in r.sched.running if s.in_decode}
     resident = {id(r): set(r.cache.resident_sessions()) for r in pools}
-    held.update(sid for sid, r in latest.items() if sid in resident[id(r)])
+    held.update(sid for sid, r in retained_on.items() if sid in resident[id(r)])
     return len(held)
 
 
@@ -144,19 +145,19 @@ def replay(sessions: list[dict], policy: str, node) -> dict:
     for i, s in enumerate(sessions):
         turns[i] = _materialize(json.dumps(s, sort_keys=True))
         heapq.heappush(arrivals, (s["arrival_s"], i, 0))
-    live: dict[int, tuple[int, int, float, list[int]]] = {}  # id(seq) -> (session, turn, arrival, outputs)
+    live: dict[int, tuple] = {}  # id(seq) -> (session, turn, arrival, outputs, pool)
     totals = dict(prompt=0, device=0, host=0)
     late_ttft: list[float] = []
     # Working set = the peak, over time, of the contexts of live sessions (shared prefixes once).
     context: dict[int, int] = {}
-    latest: dict[str, Rank] = {}  # live session -> the pool its latest turn went to
+    retained_on: dict[str, Rank] = {}  # live session -> the pool its last finished turn ran on
     peak_live = peak_sessions = 0
     held_time = 0.0  # integral of sessions held over virtual time, while sessions still arrive
     last_arrival = max(s["arrival_s"] for s in sessions)
 
     def advance(seconds: float) -> None:
         nonlocal peak_sessions, held_time
-        held = sessions_held(pools, latest)
+        held = sessions_held(pools, retained_on)
         peak_sessions = max(peak_sessions, held)
         held_time += held * max(0.0, min(seconds, last_arrival - now[0]))
         now[0] += seconds
@@ -167,12 +168,12 @@ def replay(sessions: list[dict], policy: str, node) -> dict:
             prompt, output = turns[i][k]
             seq = Sequence(f"{sessions[i]['session_id']}:{k}", prompt, SamplingParams(max_tokens=len(output)),
                            session_id=sessions[i]["session_id"] if policy not in ("lru", "unbounded") else None)
-            live[id(seq)] = (i, k, t, output)
+            pool = node.place(i)
+            live[id(seq)] = (i, k, t, output, pool)
             context[i] = len(prompt) + len(output)
             groups = {sessions[j]["system_group"]: sessions[j]["system_tokens"] for j in context}
             peak_live = max(peak_live, sum(context.values()) - sum(
                 (sum(1 for j in context if sessions[j]["system_group"] == g) - 1) * n for g, n in groups.items()))
-            pool = latest[sessions[i]["session_id"]] = node.place(i)
             pool.sched.add(seq)
         if not any(r.sched.has_work() for r in pools):
             advance(arrivals[0][0] - now[0])
@@ -195,7 +196,7 @@ def replay(sessions: list[dict], policy: str, node) -> dict:
                     sched.cache_prefix(seq)  # as the engine does after every prefill chunk
                 if it.num_logits == 0:
                     continue
-                i, k, t_arrival, output = live[id(seq)]
+                i, k, t_arrival, output, pool = live[id(seq)]
                 if seq.num_output == 0:  # its first token (a resumed sequence keeps its outputs)
                     if k >= len(sessions[i]["turns"]) // 2:
                         late_ttft.append(now[0] - t_arrival)
@@ -208,9 +209,10 @@ def replay(sessions: list[dict], policy: str, node) -> dict:
                     del live[id(seq)]
                     if k + 1 < len(sessions[i]["turns"]):
                         heapq.heappush(arrivals, (now[0] + sessions[i]["turns"][k]["tool_s"], i, k + 1))
+                        retained_on[sessions[i]["session_id"]] = pool
                     else:
                         del context[i]
-                        del latest[sessions[i]["session_id"]]
+                        retained_on.pop(sessions[i]["session_id"], None)
     hits = totals["device"] + totals["host"]
     late_ttft.sort()
     caches = [r.cache for r in pools]

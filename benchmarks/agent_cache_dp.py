@@ -5,32 +5,37 @@ node, through the engine's own scheduler, radix cache and host tier (agent_cache
 - tp-replicated: tensor-parallel attention. MLA has one latent head, so every TP rank holds every
   sequence's KV and the node is one pool of what one rank holds.
 - dp-affinity: N data-parallel attention ranks, each with its own scheduler, radix cache and host
-  tier over 1/N of the node's DP KV. A session's first turn goes to the least loaded rank (queued
-  plus resident tokens; ties to the rank with fewer sessions so far), every later turn to the same
+  tier over 1/N of the node's DP KV. A session's first turn goes to the rank whose unfinished
+  sessions need the fewest KV tokens (ties: fewer sessions so far), every later turn to the same
   rank, where its prefix, retention and host pages are.
 - dp-random: the same ranks, every turn to a random one.
 
-Budgets come from the memory plan, not from a knob: `horizon model plan glm-5.3 --dp-attention`
-on 8xH200 (141 GiB, memory fraction 0.9, FP8 KV) gives TP8 611,626 KV tokens per rank (= per
-node) and DP8 266,671 per rank (2,133,368 per node, 3.49x). Both are multiplied by one common
-factor, the trace's token scale (--scale 0.1 turns a 12K->80K-token session into 1.2K->8K, so the
-node shrinks with it), and DP's node total is split evenly over the N ranks. The host tier is the
-same for every policy: --host-memory of node RAM for KV (default 1 TiB of a DGX H200's 2 TiB) in
-KV tokens, scaled alike, one tier under TP, 1/N of it per DP rank.
+Budgets come from the memory plan, not from a knob: `horizon model plan glm-5.3 --gpu-memory
+143771MiB --dp-attention` (H200s as nvidia-smi reports them, memory fraction 0.9, FP8 KV) gives
+TP8 601,056 KV tokens per rank (= per node) and DP8 + EP8 256,101 per rank (2,048,808 per node,
+3.41x). Both are multiplied by one common factor, the trace's token scale (--scale 0.1 turns a
+12K->80K-token session into 1.2K->8K, so the node shrinks with it), and DP's node total is split
+evenly over the N ranks. The host tier is the same for every policy: --host-memory of node RAM
+(default 1 TiB, half a DGX H200's) in KV tokens, scaled alike: one tier under TP, 1/N per DP rank.
+A DP rank's per-step token and request limits are the node's divided by N, as SGLang divides
+--chunked-prefill-size and --max-running-requests under --enable-dp-attention.
 
-Load: sessions arrive faster than TP can hold them, as a busy agent fleet's would. --dp-load L
-sizes the trace: concurrency = L x (DP node KV tokens / the trace's mean context), and 2x that many
-sessions, so arrivals keep coming after the first wave ends. The default (1.5) offers more live
-context than even DP holds, so capacity decides, at every phase of the run, how many sessions are
-resident under both layouts (the first wave is young and short: with less load TP would hold most
-of it at once, and the ratio would measure the load, not the layouts).
+Trace: --dp-load L offers L x the DP node's KV in live context: concurrency = L x DP node tokens /
+the mean context of a live session (time-weighted over tool calls), 2 x concurrency sessions. The
+default 1.5 offers TP about 5x what it holds and DP 1.5x, so capacity decides residency under both.
+The fleet is already at work when the replay starts: the first wave joins mid-session (a random
+number of its turns folded into its first prompt). Starting from an idle node instead, the first
+minute would see a wave of brand-new short sessions that TP holds almost all of, and the peak would
+measure that transient, not the layouts. A session lives on one DP rank, so sessions are cut at
+the last turn that fits one rank's KV (an agent compacts at its serving limit); the header says
+how many. With --trace FILE the file is replayed as it is (--scale must be its token scale).
 
 `concurrent_sessions` = the most sessions held at once, sampled at every engine step. A session is
-*held* while it has a turn still to come and its computed context is all in device KV: a turn of
-it is running (admitted, its pages allocated), or none is and the path its last turn cached ends
-on the device, under its retention TTL (every whole page resident: the next turn restores nothing
-but perhaps the partly filled last page). agent_cache.sessions_held counts it. Rows also report
-late-turn TTFT (turns in a session's second half), recomputed tokens and hit rates (device + host).
+*held* while it has a turn still to come and its whole context is in device KV: a turn of it is
+decoding, or the path its last finished turn cached ends on the device of the rank that ran it,
+under its retention TTL (agent_cache.sessions_held has the exact rule). `sessions_held_mean` is
+the time-weighted mean until the last session arrives. Rows also report late-turn TTFT (turns in
+a session's second half), recomputed tokens and hit rates (device + host).
 
 Step time: a decode step costs the same under both layouts. Prefill and restores cost what the
 cost model says for the TP node; DP ranks run in lockstep (they meet in every MoE layer), so a
@@ -224,8 +229,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(a: argparse.Namespace, traces, sessions: list[dict] | None) -> int:
     """The three rows and a comparison line. sessions: a --trace file's, or None to size one."""
-    budgets = node_budgets(a.scale, a.dp, a.page_size, a.gpu_memory, a.host_memory)
-    concurrency = a.concurrency
+    try:
+        budgets = node_budgets(a.scale, a.dp, a.page_size, a.gpu_memory, a.host_memory)
+    except ValueError as exc:
+        print(f"agent_cache --dp: {exc}", file=sys.stderr)
+        return 2
+    concurrency = "as the file's"
     if sessions is None:
         # --quick (CI): one wave at a load that keeps the run short; TP is still offered more than it holds.
         load, waves = (QUICK_LOAD, 1) if a.quick else (a.dp_load, 2)
@@ -251,6 +260,7 @@ def run(a: argparse.Namespace, traces, sessions: list[dict] | None) -> int:
         "ranks": a.dp, "capacity_ratio": round(aff["capacity_tokens"] / tp["capacity_tokens"], 2),
         "dp_affinity_hit_rate": aff["hit_rate"], "dp_random_hit_rate": rnd["hit_rate"], "tp_hit_rate": tp["hit_rate"],
         "concurrent_sessions_vs_tp": round(aff["concurrent_sessions"] / max(1, tp["concurrent_sessions"]), 2),
+        "sessions_held_mean_vs_tp": round(aff["sessions_held_mean"] / max(1e-9, tp["sessions_held_mean"]), 2),
         "affinity_recompute_reduction_vs_random": round(rnd["recomputed_tokens"] / max(1, aff["recomputed_tokens"]), 2),
         "late_ttft_speedup_vs_tp": round(tp["late_turn_ttft_mean_s"] / max(1e-9, aff["late_turn_ttft_mean_s"]), 2),
     }}), flush=True)

@@ -20,13 +20,13 @@ from benchmarks import agent_cache_dp  # noqa: E402
 from benchmarks.agent_cache import CostModel, OneRank, sessions_held  # noqa: E402
 
 
-def _run_turn(node: OneRank, request_id: str, prompt: list[int], output: list[int]) -> Sequence:
-    """Admit, prefill and decode one turn to its end, as the replay does."""
+def _start_turn(node: OneRank, request_id: str, prompt: list[int], output: list[int]) -> Sequence:
+    """Admit and prefill one turn until its first token, as the replay does."""
     rank = node.pools[0]
     seq = Sequence(request_id, prompt, SamplingParams(max_tokens=len(output)),
                    session_id=request_id.rpartition(":")[0])
     rank.sched.add(seq)
-    while seq.num_output < len(output):
+    while seq.num_output == 0:
         for it in rank.sched.schedule().items:
             prefill = not it.seq.in_decode
             it.seq.num_computed += len(it.token_ids)
@@ -34,8 +34,15 @@ def _run_turn(node: OneRank, request_id: str, prompt: list[int], output: list[in
                 rank.sched.cache_prefix(it.seq)
             if it.num_logits:
                 it.seq.tokens.append(output[it.seq.num_output])
-    rank.sched.finish(seq, "stop")
     return seq
+
+
+def _run_turn(node: OneRank, request_id: str, prompt: list[int], output: list[int]) -> None:
+    seq = _start_turn(node, request_id, prompt, output)
+    seq.tokens.extend(output[1:])  # the decode steps: pages for them, then the cache takes the turn
+    node.pools[0].sched.grow(seq, len(seq.tokens))
+    seq.num_computed = len(seq.tokens) - 1
+    node.pools[0].sched.finish(seq, "stop")
 
 
 def test_sessions_held_are_live_sessions_whose_context_is_on_the_device():
@@ -45,16 +52,21 @@ def test_sessions_held_are_live_sessions_whose_context_is_on_the_device():
     assert sessions_held(node.pools, {"a": rank}) == 1  # retained between turns, all of it resident
     assert sessions_held(node.pools, {}) == 0  # that was its last turn: a finished session is not held
     other = OneRank(device_tokens=96, host_tokens=0, page_size=8, ttl_s=60.0, cost=CostModel()).pools[0]
-    assert sessions_held(node.pools + [other], {"a": other}) == 0  # its latest turn went elsewhere (dp-random)
+    assert sessions_held(node.pools + [other], {"a": other}) == 0  # retained on another rank's device only
 
     b = Sequence("b:0", list(range(2000, 2024)), SamplingParams(max_tokens=4), session_id="b")
     rank.sched.add(b)
-    rank.sched.schedule()  # admitted: pages allocated, prefill under way
-    assert sessions_held(node.pools, {"a": rank, "b": rank}) == 2
+    rank.sched.schedule()  # admitted, prefill under way: its context is not all computed yet
+    assert sessions_held(node.pools, {"a": rank}) == 1
+    rank.sched.finish(b, "abort")
+    b = _start_turn(node, "b:0", list(range(2000, 2024)), [5, 6])
+    assert b.in_decode and sessions_held(node.pools, {"a": rank}) == 2  # decoding: all of it resident
+    b.tokens.append(6)
+    b.num_computed += 1
+    rank.sched.finish(b, "stop")
 
     # A longer turn of b needs a's pages: they spill to the host tier and a is no longer held.
-    rank.sched.finish(b, "abort")
-    _run_turn(node, "b:1", list(range(2000, 2024)) + list(range(3000, 3064)), [4])
+    _run_turn(node, "b:1", list(range(2000, 2024)) + [5, 6] + list(range(3000, 3062)), [4])
     assert rank.cache.host_cached_pages > 0
     assert sessions_held(node.pools, {"a": rank, "b": rank}) == 1
 
