@@ -12,7 +12,7 @@ radix cache are `inference.engine`'s real classes. Replay rules: ../shared/trace
     python benchmarks/agent_cache.py                 # 64 sessions, 16 concurrent, scale 0.1
     python benchmarks/agent_cache.py --trace traces.jsonl
     python benchmarks/agent_cache.py --quick
-    python benchmarks/agent_cache.py --dp 8          # + DP-attention ranks (policies below)
+    python benchmarks/agent_cache.py --dp 8          # TP vs 8 DP-attention ranks instead (below)
 
 With --dp N the replay compares tensor-parallel attention (one replicated cache) with N
 data-parallel attention ranks (tp-replicated, dp-affinity, dp-random) on a fleet that offers more

@@ -184,7 +184,10 @@ def fit_context(sessions: list[dict], limit: int) -> tuple[list[dict], int]:
     for s in sessions:
         context, turns = s["system_tokens"] + s["task_tokens"], []
         for t in s["turns"]:
-            if context + t["output_tokens"] > limit and turns:
+            if context + t["output_tokens"] > limit:
+                if not turns:
+                    raise ValueError(f"session {s['session_id']}: its first turn needs {context + t['output_tokens']} "
+                                     f"KV tokens, more than one rank's {limit}; use fewer ranks")
                 break
             turns.append(t)
             context += t["output_tokens"] + t["observation_tokens"]
@@ -206,15 +209,15 @@ def warm_start(sessions: list[dict], first_wave: int, seed: int) -> list[dict]:
     return out
 
 
-def dp_trace(traces, budgets: NodeBudgets, load: float, scale: float, seed: int,
-             waves: int = 2) -> tuple[list[dict], int]:
+def dp_trace(traces, budgets: NodeBudgets, load: float, scale: float, seed: int, limit: int,
+             waves: int = 2) -> tuple[list[dict], int, int]:
     """A trace offering `load` x the DP node's KV in live context, already at work: (sessions,
-    concurrency), `waves` x concurrency sessions. Session i's content depends on the seed and i
-    only, so a probe of 64 sessions sizes the real one."""
+    concurrency, sessions cut at `limit`), `waves` x concurrency sessions. Session i's content
+    depends on the seed and i only, so a probe of 64 sessions sizes the real one."""
     context = mean_live_context(list(traces.generate(64, 16, scale, 1.0, 1, seed)))
     concurrency = max(2, math.ceil(load * budgets.dp_node_tokens / context))
-    sessions = list(traces.generate(waves * concurrency, concurrency, scale, 1.0, 1, seed))
-    return warm_start(sessions, concurrency, seed), concurrency
+    sessions, cut = fit_context(list(traces.generate(waves * concurrency, concurrency, scale, 1.0, 1, seed)), limit)
+    return warm_start(sessions, concurrency, seed), concurrency, cut
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -231,17 +234,18 @@ def run(a: argparse.Namespace, traces, sessions: list[dict] | None) -> int:
     """The three rows and a comparison line. sessions: a --trace file's, or None to size one."""
     try:
         budgets = node_budgets(a.scale, a.dp, a.page_size, a.gpu_memory, a.host_memory)
+        # A page of slack: a turn's last page may be a private copy of a cached partial page.
+        limit = budgets.dp_device_per_rank - a.page_size
+        if sessions is None:
+            # --quick (CI): one wave at a load that keeps the run short; TP is still offered more than it holds.
+            load, waves = (QUICK_LOAD, 1) if a.quick else (a.dp_load, 2)
+            sessions, concurrency, cut = dp_trace(traces, budgets, load, a.scale, a.seed, limit, waves)
+        else:
+            (sessions, cut), concurrency = fit_context(sessions, limit), "as in the file"
     except ValueError as exc:
         print(f"agent_cache --dp: {exc}", file=sys.stderr)
         return 2
-    concurrency = "as the file's"
-    if sessions is None:
-        # --quick (CI): one wave at a load that keeps the run short; TP is still offered more than it holds.
-        load, waves = (QUICK_LOAD, 1) if a.quick else (a.dp_load, 2)
-        sessions, concurrency = dp_trace(traces, budgets, load, a.scale, a.seed, waves)
-    # A page of slack: a turn's last page may be a private copy of a cached partial page.
-    sessions, cut = fit_context(sessions, budgets.dp_device_per_rank - a.page_size)
-    print(f"# DP: {len(sessions)} sessions ({cut} cut at one rank's KV), {concurrency} concurrent; "
+    print(f"# DP: {len(sessions)} sessions ({cut} cut at one rank's KV), concurrency {concurrency}; "
           + json.dumps({"budgets": asdict(budgets)}), flush=True)
     cost = CostModel()
     rows = {

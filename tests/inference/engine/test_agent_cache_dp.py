@@ -86,6 +86,8 @@ def test_fit_context_cuts_a_session_at_one_ranks_kv():
     assert n == 1 and len(cut[0]["turns"]) == 2 and len(s["turns"]) == 3
     kept, n = agent_cache_dp.fit_context([s], 105)
     assert n == 0 and kept[0]["turns"] == s["turns"]
+    with pytest.raises(ValueError, match="session s: its first turn needs 35 KV tokens, more than one rank's 30"):
+        agent_cache_dp.fit_context([s], 30)
 
 
 def test_warm_start_folds_the_first_waves_early_turns_into_its_first_prompt():
