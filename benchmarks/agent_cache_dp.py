@@ -214,6 +214,8 @@ def dp_trace(traces, budgets: NodeBudgets, load: float, scale: float, seed: int,
     """A trace offering `load` x the DP node's KV in live context, already at work: (sessions,
     concurrency, sessions cut at `limit`), `waves` x concurrency sessions. Session i's content
     depends on the seed and i only, so a probe of 64 sessions sizes the real one."""
+    if load <= 0:
+        raise ValueError(f"--dp-load {load}: expected a positive multiple of the DP node's KV")
     context = mean_live_context(list(traces.generate(64, 16, scale, 1.0, 1, seed)))
     concurrency = max(2, math.ceil(load * budgets.dp_node_tokens / context))
     sessions, cut = fit_context(list(traces.generate(waves * concurrency, concurrency, scale, 1.0, 1, seed)), limit)
