@@ -12,25 +12,20 @@ radix cache are `inference.engine`'s real classes. Replay rules: ../shared/trace
     python benchmarks/agent_cache.py                 # 64 sessions, 16 concurrent, scale 0.1
     python benchmarks/agent_cache.py --trace traces.jsonl
     python benchmarks/agent_cache.py --quick
-    python benchmarks/agent_cache.py --dp 8          # + DP-attention ranks (policies below)
+    python benchmarks/agent_cache.py --dp 8          # TP vs 8 DP-attention ranks instead (below)
     python benchmarks/agent_cache.py --model flash-tiny   # GLM-5.3-Flash, the real model: agent_cache_flash.py
 
-With --dp N the same trace is also replayed on a node of N data-parallel attention ranks, each
-with its own scheduler, radix cache and host tier holding 1/N of the node's KV, the ranks stepping
-in lockstep (a step lasts as long as the slowest rank's: they meet in every MoE layer). The node's
-KV under DP is --dp-capacity-ratio times the TP node's (attention weights replicated per rank, the
-cache no longer replicated: 3.41 for GLM-5.3 on 8xH200, `horizon model plan glm-5.3 --dp-attention`).
-Policies: tp-replicated (one cache, the TP budget), dp-affinity (a session's turns stay on the rank
-its first turn went to, the least loaded one) and dp-random (every turn to a random rank). Each
-row adds concurrent_sessions: the most sessions held at once (a turn running, or the context of
-its last turn retained on the device, so the next turn hits without a restore).
+With --dp N the replay compares tensor-parallel attention (one replicated cache) with N
+data-parallel attention ranks (tp-replicated, dp-affinity, dp-random) on a fleet that offers more
+sessions than TP can hold: benchmarks/agent_cache_dp.py says how budgets and load are set and
+what `concurrent_sessions` counts.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import heapq
-import random
 import importlib.util
 import json
 import os
@@ -45,12 +40,13 @@ from inference.engine.host_tier import HostTier  # noqa: E402
 from inference.engine.page_allocator import PageAllocator  # noqa: E402
 from inference.engine.radix_cache import RadixCache  # noqa: E402
 from inference.engine.sampling_params import SamplingParams  # noqa: E402
-from inference.engine.scheduler import Scheduler  # noqa: E402
+from inference.engine.scheduler import ScheduledBatch, Scheduler  # noqa: E402
 from inference.engine.sequence import Sequence  # noqa: E402
 
 VOCAB = 154880
 
 
+@functools.lru_cache(maxsize=None)
 def load_trace_module():
     candidates = [os.environ.get("HORIZON_TRACES_DIR"), REPO.parent / "shared" / "traces", "/work/shared/traces"]
     for folder in candidates:
@@ -86,61 +82,102 @@ def unbounded_capacity(sessions: list[dict]) -> int:
 class Rank:
     """One KV pool: the engine's own scheduler, radix cache and host tier over its pages."""
 
-    def __init__(self, device_tokens: int, host_tokens: int, page_size: int, ttl_s: float, now: list[float]):
-        config = EngineConfig(kv_budget_tokens=device_tokens, page_size=page_size, max_batch_tokens=8192,
-                              chunk_size=4096, max_running=256, session_ttl_s=ttl_s, host_budget_tokens=host_tokens)
+    def __init__(self, device_tokens: int, host_tokens: int, page_size: int, ttl_s: float, now: list[float],
+                 share: int = 1):
+        """share: one of that many DP ranks, whose per-step token and request limits are the node's
+        divided among them (as SGLang divides --chunked-prefill-size and --max-running-requests)."""
+        config = EngineConfig(kv_budget_tokens=device_tokens, page_size=page_size, max_batch_tokens=8192 // share,
+                              chunk_size=4096 // share, max_running=max(1, 256 // share), session_ttl_s=ttl_s,
+                              host_budget_tokens=host_tokens)
         self.allocator = PageAllocator(config.device_pages(1))
         self.cache = RadixCache(page_size, self.allocator, HostTier(config.host_pages()), clock=lambda: now[0])
         self.sched = Scheduler(config, self.cache, self.allocator)
 
-    def load(self) -> int:
-        """Tokens queued or held: what placement balances."""
-        queued = sum(s.prompt_len for s in self.sched.waiting)
-        return queued + (self.allocator.num_pages - self.allocator.num_free)
+
+class OneRank:
+    """The node as one KV pool (one process, or TP ranks that all hold the same cache): what
+    replay() runs on. agent_cache_dp.DPNode is the same interface over N pools."""
+
+    def __init__(self, device_tokens: int, host_tokens: int, page_size: int, ttl_s: float, cost: CostModel):
+        self.page_size = page_size
+        self.now = [0.0]  # virtual seconds, shared with the caches' TTL clock
+        self.pools = [Rank(device_tokens, host_tokens, page_size, ttl_s, self.now)]
+        self.cost = cost
+
+    def place(self, session: int) -> Rank:
+        return self.pools[0]
+
+    def step_time(self, batches: list[ScheduledBatch]) -> float:
+        (batch,) = batches
+        return self.cost.step(prefill_tokens(batch), batch.restored_pages * self.page_size)
 
 
-def replay(sessions: list[dict], policy: str, device_tokens: int, host_tokens: int, page_size: int,
-           ttl_s: float, cost: CostModel, ranks: int = 1, seed: int = 0) -> dict:
-    """device_tokens / host_tokens: per rank. policy: horizon | lru | unbounded (one rank), or
-    tp-replicated | dp-affinity | dp-random."""
-    now = [0.0]
-    pools = [Rank(device_tokens, host_tokens, page_size, ttl_s, now) for _ in range(ranks)]
-    home: dict[int, int] = {}  # session -> rank (dp-affinity)
-    rng = random.Random(seed)
+def prefill_tokens(batch: ScheduledBatch) -> int:
+    return sum(len(it.token_ids) for it in batch.items if not it.seq.in_decode)
 
-    def place(i: int) -> Rank:
-        if policy == "dp-random":
-            return pools[rng.randrange(ranks)]
-        if i not in home:
-            home[i] = min(range(ranks), key=lambda r: pools[r].load())
-        return pools[home[i]]
+
+def sessions_held(pools: list[Rank], retained_on: dict[str, Rank]) -> int:
+    """Sessions held: live sessions (a turn still to come) whose whole context is in device KV.
+    Either a turn of theirs is decoding (its prompt all computed, on the device), or the path their
+    last finished turn cached ends on the device of the rank that ran it, under its retention TTL
+    (every whole page resident; a partly filled last page may have spilled). A turn waiting, or
+    prefilling on top of that resident path, keeps its session held; one that lost it (evicted,
+    or a turn sent to another rank) is held again once it decodes.
+    retained_on: live session id -> the pool its last finished turn ran on."""
+    held = {s.request_id.rpartition(":")[0] for r in pools for s in r.sched.running if s.in_decode}
+    resident = {id(r): set(r.cache.resident_sessions()) for r in pools}
+    held.update(sid for sid, r in retained_on.items() if sid in resident[id(r)])
+    return len(held)
+
+
+@functools.lru_cache(maxsize=4096)
+def _materialize(session_json: str) -> list[tuple[list[int], list[int]]]:
+    """Token ids of every turn, hashed once per session however many policies replay it."""
+    return load_trace_module().materialize(json.loads(session_json), VOCAB)
+
+
+def replay(sessions: list[dict], policy: str, node) -> dict:
+    """Replay `sessions` on `node` (OneRank, or agent_cache_dp.DPNode). policy: a row label; lru
+    and unbounded send no session ids (no retention)."""
+    now, pools, page_size = node.now, node.pools, node.page_size
 
     arrivals: list[tuple[float, int, int]] = []  # (time, session index, turn index)
     turns = {}
     for i, s in enumerate(sessions):
-        turns[i] = trace_module.materialize(s, VOCAB)
+        turns[i] = _materialize(json.dumps(s, sort_keys=True))
         heapq.heappush(arrivals, (s["arrival_s"], i, 0))
-    live: dict[int, tuple[int, int, float, list[int]]] = {}  # id(seq) -> (session, turn, arrival, outputs)
+    live: dict[int, tuple] = {}  # id(seq) -> (session, turn, arrival, outputs, pool)
     totals = dict(prompt=0, device=0, host=0)
     late_ttft: list[float] = []
-    first_token: set[int] = set()
     # Working set = the peak, over time, of the contexts of live sessions (shared prefixes once).
     context: dict[int, int] = {}
+    retained_on: dict[str, Rank] = {}  # live session -> the pool its last finished turn ran on
     peak_live = peak_sessions = 0
+    held_time = 0.0  # integral of sessions held over virtual time, while sessions still arrive
+    last_arrival = max(s["arrival_s"] for s in sessions)
+
+    def advance(seconds: float) -> None:
+        nonlocal peak_sessions, held_time
+        held = sessions_held(pools, retained_on)
+        peak_sessions = max(peak_sessions, held)
+        held_time += held * max(0.0, min(seconds, last_arrival - now[0]))
+        now[0] += seconds
+
     while arrivals or any(r.sched.has_work() for r in pools):
         while arrivals and arrivals[0][0] <= now[0]:
             t, i, k = heapq.heappop(arrivals)
             prompt, output = turns[i][k]
-            seq = Sequence(f"{i}:{k}", prompt, SamplingParams(max_tokens=len(output)),
+            seq = Sequence(f"{sessions[i]['session_id']}:{k}", prompt, SamplingParams(max_tokens=len(output)),
                            session_id=sessions[i]["session_id"] if policy not in ("lru", "unbounded") else None)
-            live[id(seq)] = (i, k, t, output)
+            pool = node.place(i)
+            live[id(seq)] = (i, k, t, output, pool)
             context[i] = len(prompt) + len(output)
             groups = {sessions[j]["system_group"]: sessions[j]["system_tokens"] for j in context}
             peak_live = max(peak_live, sum(context.values()) - sum(
                 (sum(1 for j in context if sessions[j]["system_group"] == g) - 1) * n for g, n in groups.items()))
-            place(i).sched.add(seq)
+            pool.sched.add(seq)
         if not any(r.sched.has_work() for r in pools):
-            now[0] = arrivals[0][0]
+            advance(arrivals[0][0] - now[0])
             continue
         steps = []
         for r in pools:
@@ -149,13 +186,8 @@ def replay(sessions: list[dict], policy: str, device_tokens: int, host_tokens: i
                 if batch is None:  # waiting on capacity that nothing running will free: cannot happen
                     raise RuntimeError("scheduler made no progress")
                 steps.append((r.sched, batch))
-        # Sessions held: a turn running, or the last turn's context retained on the device.
-        held = {sessions[live[id(s)][0]]["session_id"] for r in pools for s in r.sched.running}
-        held.update(sid for r in pools for sid in r.cache.resident_sessions())
-        peak_sessions = max(peak_sessions, len(held))
-        # Lockstep: DP ranks meet in every MoE layer, so a step lasts as long as its slowest rank's.
-        now[0] += max(cost.step(sum(len(it.token_ids) for it in b.items if not it.seq.in_decode),
-                                b.restored_pages * page_size) for _, b in steps)
+        # One step for the whole node (DP ranks meet in every MoE layer: the slowest rank's step).
+        advance(node.step_time([b for _, b in steps]))
         for sched, batch in steps:
             for it in batch.items:
                 seq = it.seq
@@ -165,9 +197,8 @@ def replay(sessions: list[dict], policy: str, device_tokens: int, host_tokens: i
                     sched.cache_prefix(seq)  # as the engine does after every prefill chunk
                 if it.num_logits == 0:
                     continue
-                i, k, t_arrival, output = live[id(seq)]
-                if seq.num_output == 0 and id(seq) not in first_token:
-                    first_token.add(id(seq))
+                i, k, t_arrival, output, pool = live[id(seq)]
+                if seq.num_output == 0:  # its first token (a resumed sequence keeps its outputs)
                     if k >= len(sessions[i]["turns"]) // 2:
                         late_ttft.append(now[0] - t_arrival)
                 seq.tokens.append(output[seq.num_output])
@@ -179,15 +210,17 @@ def replay(sessions: list[dict], policy: str, device_tokens: int, host_tokens: i
                     del live[id(seq)]
                     if k + 1 < len(sessions[i]["turns"]):
                         heapq.heappush(arrivals, (now[0] + sessions[i]["turns"][k]["tool_s"], i, k + 1))
+                        retained_on[sessions[i]["session_id"]] = pool
                     else:
                         del context[i]
+                        retained_on.pop(sessions[i]["session_id"], None)
     hits = totals["device"] + totals["host"]
     late_ttft.sort()
     caches = [r.cache for r in pools]
     return {
         "policy": policy,
         "sessions": len(sessions),
-        "ranks": ranks,
+        "ranks": len(pools),
         "prompt_tokens": totals["prompt"],
         "hit_tokens": hits,
         "hit_rate": round(hits / max(1, totals["prompt"]), 4),
@@ -204,23 +237,23 @@ def replay(sessions: list[dict], policy: str, device_tokens: int, host_tokens: i
         "host_pages_restored": sum(c.host.pages_restored for c in caches),  # tails and partly matched pages included
         "preemptions": sum(r.sched.num_preemptions for r in pools),
         "concurrent_sessions": peak_sessions,
+        # Time-weighted, until the last session arrives (after it the offered load only drains).
+        "sessions_held_mean": round(held_time / max(1e-9, last_arrival - min(s["arrival_s"] for s in sessions)), 1),
         "peak_live_tokens": peak_live,
         "virtual_time_s": round(now[0], 1),
     }
 
 
-trace_module = None
-
-
 def main(argv: list[str] | None = None) -> int:
-    global trace_module
+    from benchmarks import agent_cache_dp  # it imports this module: here, not at the top
+
     argv = sys.argv[1:] if argv is None else argv
     if any(arg == "--model" or arg.startswith("--model=") for arg in argv):
         from benchmarks.agent_cache_flash import run as run_flash
 
-        trace_module = load_trace_module()
-        return run_flash(argv, trace_module, lambda sessions, page_size: replay(
-            sessions, "unbounded", unbounded_capacity(sessions), 0, page_size, 0.0, CostModel())["peak_live_tokens"])
+        return run_flash(argv, load_trace_module(), lambda sessions, page_size: replay(
+            sessions, "unbounded", OneRank(unbounded_capacity(sessions), 0, page_size, 0.0, CostModel())
+        )["peak_live_tokens"])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trace", help="JSONL trace file (default: generate one in-process)")
     p.add_argument("--sessions", type=int, default=64)
@@ -229,13 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--page-size", type=int, default=64)
     p.add_argument("--ttl", type=float, default=120.0, help="session retention TTL (virtual seconds)")
-    p.add_argument("--dp", type=int, default=0, help="also replay on N DP-attention ranks (tp-replicated, "
-                   "dp-affinity, dp-random)")
-    p.add_argument("--dp-capacity-ratio", type=float, default=3.41,
-                   help="node KV under DP-attention / under TP (3.41: GLM-5.3 on 8xH200, FP8 KV)")
-    p.add_argument("--dp-tp-fraction", type=float, default=0.25,
-                   help="with --dp: the TP node's KV as a fraction of the working set (0.25: four times more "
-                        "live context than TP holds, as 24 long sessions against TP8's 6 on 8xH200)")
+    agent_cache_dp.add_arguments(p)
     p.add_argument("--quick", action="store_true", help="small trace for CI")
     a = p.parse_args(argv)
     if a.quick:
@@ -244,17 +271,22 @@ def main(argv: list[str] | None = None) -> int:
     if a.trace:
         with open(a.trace) as f:
             sessions = [json.loads(line) for line in f if line.strip()]
+    elif a.dp:
+        sessions = None  # sized by agent_cache_dp from the node's KV
     else:
         sessions = list(trace_module.generate(a.sessions, a.concurrency, a.scale, 1.0, 1, a.seed))
+    if a.dp:
+        return agent_cache_dp.run(a, trace_module, sessions)
     cost = CostModel()
     # The working set is measured, not guessed: the peak live context of an unbounded replay.
-    ws = replay(sessions, "unbounded", unbounded_capacity(sessions), 0, a.page_size, a.ttl, cost)["peak_live_tokens"]
+    ws = replay(sessions, "unbounded", OneRank(unbounded_capacity(sessions), 0, a.page_size, a.ttl, cost))[
+        "peak_live_tokens"]
     device = ws // 2
     print(f"# {len(sessions)} sessions, {a.concurrency} concurrent, working set {ws} tokens: "
           f"device {device}, host {ws - device}, page {a.page_size}", flush=True)
     results = {}
     for policy, host, ttl in (("lru", 0, 0.0), ("horizon", ws - device, a.ttl)):
-        r = replay(sessions, policy, device, host, a.page_size, ttl, cost)
+        r = replay(sessions, policy, OneRank(device, host, a.page_size, ttl, cost))
         results[policy] = r
         print(json.dumps(r), flush=True)
     ours, lru = results["horizon"], results["lru"]
@@ -264,43 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         "late_ttft_speedup_vs_lru": round(lru["late_turn_ttft_mean_s"] / max(1e-9, ours["late_turn_ttft_mean_s"]), 2),
         "unbounded_hit_rate": trace_module.describe(sessions)["unbounded_cache_hit_rate"],
     }}), flush=True)
-    if a.dp:
-        tp_device = max(a.page_size, int(ws * a.dp_tp_fraction))
-        replay_dp(sessions, a.dp, a.dp_capacity_ratio, tp_device, ws - tp_device, a.page_size, a.ttl, cost, a.seed)
     return 0
-
-
-def replay_dp(sessions, n: int, ratio: float, tp_device: int, tp_host: int, page_size: int, ttl: float,
-              cost: CostModel, seed: int) -> None:
-    """(a) TP: one cache of tp_device tokens (replicated on every rank, so also the node's);
-    (b), (c) DP: n caches of ratio * tp_device / n tokens each; host tiers alike (per-rank host
-    memory is not duplicated under DP either)."""
-    per_rank = max(page_size, int(ratio * tp_device / n) // page_size * page_size)
-    host_per_rank = int(ratio * tp_host / n) // page_size * page_size
-    longest = max(s["system_tokens"] + s["task_tokens"] + sum(t["output_tokens"] + t["observation_tokens"]
-                                                              for t in s["turns"]) for s in sessions)
-    if per_rank < longest + page_size:
-        # A session lives on one rank: none may outgrow it (GLM-5.3's 256K per rank holds the
-        # longest agent contexts seen, ~180K). Fewer ranks, or a larger --dp-tp-fraction, here.
-        raise SystemExit(f"--dp {n}: {per_rank} KV tokens per rank cannot hold the longest session "
-                         f"({longest} tokens); use fewer ranks or a larger --dp-tp-fraction")
-    print(f"# DP: {n} ranks x {per_rank} KV tokens (node {n * per_rank}) vs TP {tp_device}; longest session "
-          f"{longest} tokens", flush=True)
-    rows = {
-        "tp-replicated": replay(sessions, "tp-replicated", tp_device, tp_host, page_size, ttl, cost),
-        "dp-affinity": replay(sessions, "dp-affinity", per_rank, host_per_rank, page_size, ttl, cost, n, seed),
-        "dp-random": replay(sessions, "dp-random", per_rank, host_per_rank, page_size, ttl, cost, n, seed),
-    }
-    for r in rows.values():
-        print(json.dumps(r), flush=True)
-    tp, aff, rnd = rows["tp-replicated"], rows["dp-affinity"], rows["dp-random"]
-    print(json.dumps({"dp_comparison": {
-        "ranks": n, "capacity_ratio": ratio,
-        "dp_affinity_hit_rate": aff["hit_rate"], "dp_random_hit_rate": rnd["hit_rate"], "tp_hit_rate": tp["hit_rate"],
-        "concurrent_sessions_vs_tp": round(aff["concurrent_sessions"] / max(1, tp["concurrent_sessions"]), 2),
-        "affinity_recompute_reduction_vs_random": round(rnd["recomputed_tokens"] / max(1, aff["recomputed_tokens"]), 2),
-        "late_ttft_speedup_vs_tp": round(tp["late_turn_ttft_mean_s"] / max(1e-9, aff["late_turn_ttft_mean_s"]), 2),
-    }}), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """How a checkpoint fits a node: weights per rank, KV bytes per token, KV tokens, 100K sessions.
 
 Works from config.json alone (no weights), so it plans GLM-5.3 on 8×H200 anywhere. Weights per
-rank come from the sharded model itself, built on the meta device with the layout's
-ParallelState, so the plan and the shard rules cannot disagree. Bytes follow the FP8 release:
+rank come from the model's own parameter shapes (built once on the meta device) cut by the shard
+rules of inference/parallel/shard.py for the layout's ParallelState, the rules the layers allocate
+from and the loader checks, so the plan and the shard rules cannot disagree. One build sizes
+every layout of a plan (whole, TP rank, DP-attention rank). Bytes follow the FP8 release:
 e4m3 values plus fp32 128×128 block scales for the quantized projections and experts, fp32 router
 (and its bias, the indexer's weights_proj), everything else in the model dtype.
 
@@ -22,6 +24,8 @@ import torch
 
 from inference.config import ModelConfig
 from inference.kv_cache import kv_bytes_per_token
+from inference.parallel.shard import fp8_block_misalignments, shard_for
+from inference.parallel.state import ParallelState
 
 GIB = 1 << 30
 SESSION_TOKENS = 100_000
@@ -29,6 +33,7 @@ _QUANTIZED = re.compile(
     r"(self_attn\.(q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj|o_proj|indexer\.wq_b|indexer\.wk)\.weight"
     r"|mlp\.(shared_experts\.)?(gate_proj|up_proj|down_proj)\.weight|experts\.(gate_up_proj|down_proj))$"
 )
+_PACKED_EXPERTS = re.compile(r"mlp\.experts\.(gate_up_proj|down_proj)$")  # [E, 2I, H] and [E, H, I]
 _FP32 = re.compile(r"(mlp\.gate\.weight|e_score_correction_bias|indexer\.weights_proj\.weight)$")
 _UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
           "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
@@ -103,35 +108,33 @@ def _param_bytes(name: str, shape: tuple[int, ...], fp8: bool, block: tuple[int,
     return numel * itemsize
 
 
-def dp_attention_weight_bytes(config: ModelConfig, ep: int, fp8: bool = True, dtype: torch.dtype = torch.bfloat16) -> int:
-    """Bytes one rank holds under DP-attention + EP (SGLang --enable-dp-attention, vLLM
-    --data-parallel-size N --enable-expert-parallel): the routed experts split over ep ranks,
-    everything else (attention, dense and shared MLPs, embed/head) replicated."""
+def model_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every parameter of the whole model and its shape, from one build on the meta device (no
+    memory, ~0.3 s for GLM-5.3): the one build every layout of a plan is sized from."""
     from inference.model import Glm5ForCausalLM
 
+    with torch.device("meta"):
+        return {k: tuple(v.shape) for k, v in Glm5ForCausalLM(config).state_dict().items()}
+
+
+def rank_shape(name: str, full: tuple[int, ...], config: ModelConfig, state: ParallelState) -> tuple[int, ...]:
+    """The shape of parameter `name` (whole: `full`) on rank `state`: shard.py's rule for its name,
+    and for the packed experts [E, 2I | H, H | I] the ParallelState helpers the MoE layer allocates
+    them from. tests/inference/parallel/test_memory_plan.py checks this against sharded meta models."""
+    kind = _PACKED_EXPERTS.search(name)
+    if kind is None:
+        return shard_for(name, config, state).local_shape(full)
+    experts = state.experts(full[0])[1]
+    inter = state.expert_intermediate(config.moe_intermediate_size)[1]
+    return (experts, 2 * inter, full[2]) if kind.group(1) == "gate_up_proj" else (experts, full[1], inter)
+
+
+def weight_bytes(shapes: dict[str, tuple[int, ...]], config: ModelConfig, state: ParallelState, fp8: bool = True,
+                 dtype: torch.dtype = torch.bfloat16) -> int:
+    """Bytes one rank of layout `state` holds (rank 0; the others differ by vocab padding at most)."""
     block = config.weight_block_size or (128, 128)
     itemsize = torch.tensor([], dtype=dtype).element_size()
-    with torch.device("meta"):
-        shapes = {k: tuple(v.shape) for k, v in Glm5ForCausalLM(config).state_dict().items()}
-    experts = sum(_param_bytes(k, s, fp8, block, itemsize) for k, s in shapes.items() if ".mlp.experts." in k)
-    rest = sum(_param_bytes(k, s, fp8, block, itemsize) for k, s in shapes.items() if ".mlp.experts." not in k)
-    return rest + -(-experts // ep)
-
-
-def weight_bytes(config: ModelConfig, tp: int = 1, ep: int | None = None, fp8: bool = True,
-                 dtype: torch.dtype = torch.bfloat16) -> tuple[int, int]:
-    """(bytes one rank holds, parameters of the whole model) for the layout tp/ep."""
-    from inference.model import Glm5ForCausalLM
-    from inference.parallel.state import ParallelState
-
-    block = config.weight_block_size or (128, 128)
-    itemsize = torch.tensor([], dtype=dtype).element_size()
-    with torch.device("meta"):
-        rank0 = Glm5ForCausalLM(config, ParallelState(tp, 0, ep or tp) if tp > 1 else None)
-        shapes = {k: tuple(v.shape) for k, v in rank0.state_dict().items()}
-        whole = {k: tuple(v.shape) for k, v in Glm5ForCausalLM(config).state_dict().items()} if tp > 1 else shapes
-    per_rank = sum(_param_bytes(k, s, fp8, block, itemsize) for k, s in shapes.items())
-    return per_rank, sum(math.prod(s) for s in whole.values())
+    return sum(_param_bytes(k, rank_shape(k, s, config, state), fp8, block, itemsize) for k, s in shapes.items())
 
 
 def plan(config: ModelConfig, gpus: int, gpu_memory_bytes: int, tp: int | None = None, ep: int | None = None,
@@ -147,22 +150,23 @@ def plan(config: ModelConfig, gpus: int, gpu_memory_bytes: int, tp: int | None =
         raise ValueError(f"memory fraction {memory_fraction}: expected a value in (0, 1]")
     fp8 = (weight_format or ("fp8" if config.weight_block_size else "bf16")) == "fp8"
     if fp8 and tp > 1:
-        from inference.parallel.shard import fp8_block_misalignments
-        from inference.parallel.state import ParallelState
-
         block = config.weight_block_size or (128, 128)
         cuts = [c for r in range(tp) for c in fp8_block_misalignments(config, ParallelState(tp, r, ep), block)]
         if cuts:
             raise ValueError(f"TP{tp}/EP{ep} cannot keep the weights in FP8: " + "; ".join(cuts[:3]))
-    per_rank, params = weight_bytes(config, tp, ep, fp8)
-    whole, _ = weight_bytes(config, 1, 1, fp8) if tp > 1 else (per_rank, params)
+    shapes = model_shapes(config)
+    params = sum(math.prod(s) for s in shapes.values())
+    whole = weight_bytes(shapes, config, ParallelState.single(), fp8)
+    per_rank = weight_bytes(shapes, config, ParallelState(tp, 0, ep), fp8) if tp > 1 else whole
     kv_token = kv_bytes_per_token(config, torch.bfloat16, kv_cache_dtype)
     kv_rank = max(0, int(gpu_memory_bytes * memory_fraction) - per_rank - reserve_bytes)
     tokens = kv_rank // kv_token
     layout = f"TP{tp}" + (f" + EP{ep}" if ep > 1 else "") + (f" × {gpus // tp} replicas" if gpus > tp else "")
     dp = {}
     if dp_attention:
-        dp_weights = dp_attention_weight_bytes(config, gpus, fp8)
+        # SGLang --enable-dp-attention, vLLM --data-parallel-size N --enable-expert-parallel: the
+        # routed experts split over every GPU, everything else replicated.
+        dp_weights = weight_bytes(shapes, config, ParallelState(gpus, 0, gpus, attention_dp=True), fp8)
         dp_tokens = max(0, int(gpu_memory_bytes * memory_fraction) - dp_weights - dp_reserve_bytes) // kv_token
         # A session lives on one rank (its KV pages are that rank's): whole sessions per rank.
         dp = dict(dp_weights_bytes_per_rank=dp_weights, dp_kv_tokens_per_rank=dp_tokens,

@@ -38,21 +38,6 @@ def test_agent_cache_quick(capsys):
     assert "comparison" in lines[-1]
 
 
-def test_agent_cache_quick_dp(capsys):
-    """--dp: the same trace on DP ranks; every policy prompts the same tokens, DP holds more KV."""
-    assert _load("agent_cache").main(["--quick", "--dp", "2", "--dp-tp-fraction", "0.5"]) == 0
-    lines = _json_lines(capsys.readouterr().out)
-    rows = {line["policy"]: line for line in lines if "policy" in line}
-    assert {"tp-replicated", "dp-affinity", "dp-random"} <= set(rows)
-    tp, aff, rnd = rows["tp-replicated"], rows["dp-affinity"], rows["dp-random"]
-    assert tp["ranks"] == 1 and aff["ranks"] == rnd["ranks"] == 2
-    assert tp["prompt_tokens"] == aff["prompt_tokens"] == rnd["prompt_tokens"]
-    assert aff["capacity_tokens"] > 2 * tp["capacity_tokens"]
-    assert aff["concurrent_sessions"] >= tp["concurrent_sessions"] > 0
-    assert aff["recomputed_tokens"] <= rnd["recomputed_tokens"]  # affinity keeps a session's prefix on its rank
-    assert "dp_comparison" in lines[-1]
-
-
 def test_engine_throughput_quick(capsys):
     assert _load("engine_throughput").main(["--quick", "--threads", "1"]) == 0
     lines = _json_lines(capsys.readouterr().out)

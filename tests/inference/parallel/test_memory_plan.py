@@ -75,3 +75,38 @@ def test_dp_attention_layout_next_to_tp():
     assert 250_000 < p["dp_kv_tokens_per_rank"] < 260_000
     assert p["dp_kv_tokens_per_node"] == 8 * p["dp_kv_tokens_per_rank"]
     assert p["dp_sessions_100k"] == 16 and p["sessions_100k"] == 6
+
+
+@pytest.mark.parametrize("world,ep,attention_dp", [(8, 8, False), (4, 2, False), (8, 8, True)])
+def test_rank_shapes_are_the_sharded_models_own(world, ep, attention_dp):
+    """The plan cuts the whole model's shapes by shard.py's rules: they must be exactly the shapes
+    a sharded model allocates (TP8/EP8, TP4 with experts both EP- and TP-split, DP-attention)."""
+    import torch
+
+    from inference.memory_plan import model_shapes, rank_shape
+    from inference.model import Glm5ForCausalLM
+    from inference.parallel import ParallelState
+
+    config = ModelConfig.from_pretrained(CONFIG)
+    whole = model_shapes(config)
+    state = ParallelState(world, world - 1, ep, attention_dp=attention_dp)  # the last rank: vocab padding
+    with torch.device("meta"):
+        sharded = {k: tuple(v.shape) for k, v in Glm5ForCausalLM(config, state).state_dict().items()}
+    assert sharded.keys() == whole.keys()
+    assert {k: rank_shape(k, s, config, state) for k, s in whole.items()} == sharded
+
+
+def test_one_meta_build_serves_the_whole_plan(monkeypatch):
+    """Whole model, TP rank and DP-attention rank all come from one meta build (there were four)."""
+    import inference.model
+
+    builds = []
+    real = inference.model.Glm5ForCausalLM
+
+    def counting(*args, **kwargs):
+        builds.append(args[1:] or kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(inference.model, "Glm5ForCausalLM", counting)
+    p = plan(ModelConfig.from_pretrained(CONFIG), 8, parse_bytes("141GiB"), dp_attention=True)
+    assert len(builds) == 1 and p.dp_kv_tokens_per_node > 3 * p.kv_tokens
