@@ -41,8 +41,12 @@ def _random_selection(query_pos, k, gen):
     return torch.stack(rows)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("case", sorted(CASES))
+# GLM widths in fp32 compile for half a minute on a GPU (fp32 dots without tensor cores) and serve nothing.
+PAIRS = [(case, dtype) for case in sorted(CASES) for dtype in (torch.float32, torch.bfloat16)
+         if (case, dtype) != ("glm5_head_widths", torch.float32)]  # fmt: skip
+
+
+@pytest.mark.parametrize("case,dtype", PAIRS)
 def test_matches_reference_causal(case, dtype, gen, device):
     args, nope, scale = _inputs(case, dtype, gen, device)
     out = mla_prefill_attention(*args, scale, nope, backend="triton")
@@ -52,16 +56,17 @@ def test_matches_reference_causal(case, dtype, gen, device):
     torch.testing.assert_close(out.float(), ref.float(), atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize("case", ["odd_dims_two_seqs", "glm5_head_widths"])
-def test_matches_reference_with_a_selection(case, gen, device):
+@pytest.mark.parametrize("case,dtype", [("odd_dims_two_seqs", torch.float32), ("glm5_head_widths", torch.bfloat16)])
+def test_matches_reference_with_a_selection(case, dtype, gen, device):
     """Each query attends only its selected keys (a DSA top-k), one token selects nothing."""
-    args, nope, scale = _inputs(case, torch.float32, gen, device)
+    args, nope, scale = _inputs(case, dtype, gen, device)
     positions = _random_selection(args[5].cpu(), 9, gen)
     positions[3] = -1
     bits = selection_bits(positions, int(args[5].max()) + 1).to(device)
-    out = mla_prefill_attention(*args, scale, nope, bits, backend="triton")
-    ref = mla_prefill_attention(*args, scale, nope, bits, backend="torch")
-    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    out = mla_prefill_attention(*args, scale, nope, bits, backend="triton").float()
+    ref = mla_prefill_attention(*args, scale, nope, bits, backend="torch").float()
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
     assert torch.equal(out[3], torch.zeros_like(out[3]))
-    causal = mla_prefill_attention(*args, scale, nope, backend="torch")
-    assert not torch.allclose(out, causal, atol=1e-3)  # the selection really restricted the keys
+    causal = mla_prefill_attention(*args, scale, nope, backend="torch").float()
+    assert not torch.allclose(out, causal, atol=0.1)  # the selection really restricted the keys
