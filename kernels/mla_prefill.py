@@ -27,6 +27,7 @@ import torch
 
 from kernels.backend import TritonKernel, dot_precision, next_pow2, resolve_backend, tl
 from kernels.grouped_blocks import block_items, group_into_blocks
+from kernels.online_softmax import online_softmax_step
 from kernels.validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_tensor
 
 # The reference gathers [tokens, keys, heads, nope + v] in fp32: chunk query tokens to bound that.
@@ -55,11 +56,14 @@ def _selected(bits: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
     return ((words >> (key_pos % WORD_BITS)) & 1).bool()
 
 
+def _zeros_out(q: torch.Tensor, kv: torch.Tensor, nope_dim: int) -> torch.Tensor:
+    return torch.zeros((q.shape[0], q.shape[1], kv.shape[-1] - nope_dim), dtype=q.dtype, device=q.device)
+
+
 def mla_prefill_torch(q, kv, k_pe, key_start, query_seq, query_pos, softmax_scale, nope_dim, selection=None):
     """Reference: per chunk of query tokens, gather each token's keys 0..max position and attend."""
     T, H, _ = q.shape
-    v_dim = kv.shape[-1] - nope_dim
-    out = torch.zeros((T, H, v_dim), dtype=q.dtype, device=q.device)
+    out = _zeros_out(q, kv, nope_dim)
     if T == 0:
         return out
     S = int(query_pos.max()) + 1
@@ -131,12 +135,7 @@ def _mla_prefill_kernel(
             v = v.to(tl.float32)
         scores = tl.dot(q, k, input_precision=DOT_PRECISION)
         scores = tl.where(visible, scores * softmax_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(scores, axis=1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(scores - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, scores, v, DOT_PRECISION)
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     out_ptrs = out_ptr + tok[:, None] * stride_ot + head * stride_oh + offs_v[None, :]
     tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=t_ok[:, None] & (offs_v[None, :] < V))
@@ -160,11 +159,10 @@ def mla_prefill_meta(nope_dim: int, rope_dim: int, v_dim: int, dtype: torch.dtyp
 def mla_prefill_triton(q, kv, k_pe, key_start, query_seq, query_pos, softmax_scale, nope_dim, selection=None):
     """Triton: same contract as ``mla_prefill_torch``."""
     T, H, _ = q.shape
-    v_dim = kv.shape[-1] - nope_dim
-    out = torch.zeros((T, H, v_dim), dtype=q.dtype, device=q.device)
+    out = _zeros_out(q, kv, nope_dim)
     if T == 0:
         return out
-    meta = mla_prefill_meta(nope_dim, q.shape[-1] - nope_dim, v_dim, q.dtype, selection is not None)
+    meta = mla_prefill_meta(nope_dim, q.shape[-1] - nope_dim, out.shape[-1], q.dtype, selection is not None)
     blocks = group_into_blocks(query_seq, key_start.shape[0], meta["BLOCK_M"])
     q = q if q.stride(-1) == 1 else q.contiguous()
     sel = selection.contiguous() if selection is not None else query_pos  # never read without a selection
