@@ -108,7 +108,7 @@ def selection_positions(p: ExpandedPlan, meta: AttentionMetadata, slots: torch.T
 
 def attend(p: ExpandedPlan, q: torch.Tensor, latent_rows, kv_b_proj, meta: AttentionMetadata, slots: torch.Tensor,
            dims: MlaDims, scale: float, backend: str) -> torch.Tensor:  # fmt: skip
-    """q [N, H, nope + rope] of the whole step -> [n, H * v] for the plan's tokens."""
+    """q [n, H, nope + rope] of the plan's tokens -> their attention output [n, H * v]."""
     from kernels.mla_prefill import mla_prefill_attention, selection_bits
 
     rows = latent_rows.gather(p.key_slots)  # [U, rank + rope] in the model dtype
@@ -118,7 +118,7 @@ def attend(p: ExpandedPlan, q: torch.Tensor, latent_rows, kv_b_proj, meta: Atten
     if p.with_selection:
         bits = selection_bits(selection_positions(p, meta, slots[tokens]), meta.max_seq_len)
     out = mla_prefill_attention(
-        q[tokens].to(rows.dtype), kv.to(rows.dtype), rows[:, dims.rank :], p.key_start, meta.seq_of_token[tokens], meta.positions[tokens], scale,
+        q.to(rows.dtype), kv.to(rows.dtype), rows[:, dims.rank :], p.key_start, meta.seq_of_token[tokens], meta.positions[tokens], scale,
         dims.nope, bits, backend=backend,
     )  # fmt: skip
     return out.reshape(tokens.numel(), dims.heads * dims.v)

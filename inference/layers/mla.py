@@ -61,7 +61,7 @@ class MLAttention(nn.Module):
         self.kv_b_proj = nn.Linear(self.rank, self.n_heads * (self.nope + self.v_dim), bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.v_dim, h, bias=False)
         self.indexer = Indexer(config) if has_indexer else None
-        self.topk = config.index_topk  # shared (IndexShare) layers need it too: no selection below it
+        self.topk = config.index_topk  # expanded_prefill's rule, in IndexShare's indexer-less layers too
         self.dims = MlaDims(self.n_heads, self.rank, self.rope, self.nope, self.v_dim)
         self.in_proj: torch.Tensor | None = None
         self.in_split: list[int] = []
@@ -174,7 +174,7 @@ class MLAttention(nn.Module):
         if plan is None:  # decode: always here, without a host sync
             return self._sparse_kernel(q_nope, q_pe, latent_cache, slots, backend)
         out = q_nope.new_empty(q_nope.shape[0], self.n_heads * self.v_dim)
-        q = torch.cat([q_nope, q_pe], dim=-1)
+        q = torch.cat([q_nope[plan.tokens], q_pe[plan.tokens]], dim=-1)
         out[plan.tokens] = expanded_prefill.attend(
             plan, q, latent_cache, self.kv_b_proj, meta, slots, self.dims, self.scale, backend
         ).to(out.dtype)  # fmt: skip
