@@ -118,7 +118,7 @@ def attend(p: ExpandedPlan, q: torch.Tensor, latent_rows, kv_b_proj, meta: Atten
     if p.with_selection:
         bits = selection_bits(selection_positions(p, meta, slots[tokens]), meta.max_seq_len)
     out = mla_prefill_attention(
-        q.to(rows.dtype), kv.to(rows.dtype), rows[:, dims.rank :], p.key_start, meta.seq_of_token[tokens], meta.positions[tokens], scale,
-        dims.nope, bits, backend=backend,
+        q.to(rows.dtype), kv.to(rows.dtype), rows[:, dims.rank :], p.key_start, meta.seq_of_token[tokens],
+        meta.positions[tokens], scale, dims.nope, bits, backend=backend,
     )  # fmt: skip
     return out.reshape(tokens.numel(), dims.heads * dims.v)
