@@ -62,8 +62,9 @@ KERNELS = {
     **{
         f"mla_prefill_{dt}{'_selection' if sel else ''}": (
             prefill_mod._MLA_PREFILL_KERNEL,
-            {"q_ptr": f"*{dt}", "kv_ptr": f"*{dt}", "pe_ptr": f"*{dt}", "key_start_ptr": "*i32",
-             "sorted_tokens_ptr": "*i32", "block_seq_ptr": "*i32", "query_pos_ptr": "*i32", "sel_ptr": "*i32",
+            # int64 key starts and positions: what the model passes (inference/layers/expanded_prefill.py)
+            {"q_ptr": f"*{dt}", "kv_ptr": f"*{dt}", "pe_ptr": f"*{dt}", "key_start_ptr": "*i64",
+             "sorted_tokens_ptr": "*i32", "block_seq_ptr": "*i32", "query_pos_ptr": "*i64", "sel_ptr": "*i32",
              "out_ptr": f"*{dt}", "softmax_scale": "fp32"},
             prefill_mod.mla_prefill_meta(192, 64, 256, torch.bfloat16, sel),
         )
