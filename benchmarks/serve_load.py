@@ -171,11 +171,12 @@ async def drive(args, size: dict, checkpoint: Path, device: str, log, deadline: 
         except subprocess.TimeoutExpired:
             proc.kill()
     ttfts = [r["ttft_s"] for r in results if r["ttft_s"] is not None]
+    prompts = [r["prompt_tokens"] for r in results if r["prompt_tokens"]] or [0]
     tokens = sum(r["completion_tokens"] for r in results)
     finished = sum(1 for r in results if r["finish_reason"] and not r["error"])
     report.update(
         requests=args.requests, finished=finished, wall_s=wall, completion_tokens=tokens, tokens_per_s=tokens / wall,
-        prompt_tokens=[min(r["prompt_tokens"] for r in results), max(r["prompt_tokens"] for r in results)],
+        prompt_tokens=[min(prompts), max(prompts)],
         ttft_p50_s=percentile(ttfts, 50), ttft_p99_s=percentile(ttfts, 99), max_tokens=size["max_tokens"],
         errors=sorted({r["error"] for r in results if r["error"]})[:5],
     )  # fmt: skip
