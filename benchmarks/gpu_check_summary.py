@@ -80,7 +80,7 @@ def engine_lines(e: dict) -> list[str]:
         return [f"{head}: ERROR {e['error']}"]
     ms = lambda s: "-" if s is None else f"{1e3 * s:.0f} ms"  # noqa: E731
     return [f"{head}: checkpoint written in {e.get('checkpoint_write_s', 0):.1f} s, server up in "
-            f"{e['server_start_s']:.1f} s, warm-up request {e['warmup_s']:.1f} s",
+            f"{e['server_start_s']:.1f} s, warm-up requests {e['warmup_s']:.1f} s",
             f"  {e['finished']}/{e['requests']} requests finished ({e['max_tokens']} new tokens each, prompts "
             f"{e['prompt_tokens'][0]}-{e['prompt_tokens'][1]} tokens) in {e['wall_s']:.1f} s: "
             f"{e['tokens_per_s']:.1f} tok/s, TTFT p50 {ms(e['ttft_p50_s'])} p99 {ms(e['ttft_p99_s'])}"]  # fmt: skip
