@@ -2,8 +2,8 @@
 
     python benchmarks/glm53_forward.py [--dry-run] [--json PATH] [--formats dequant,fp8,fp8_w8a8]
 
-The config is GLM-5.3's (inference.config.ModelConfig defaults: hidden 6144, 64 heads, 256
-experts, indexer 32 x 128 with top-2048, vocab 154,880, IndexShare freq 4 / offset 3) with
+The config is random_checkpoint's "glm53-2layer" preset: GLM-5.3's widths (hidden 6144, 64 heads,
+256 experts, indexer 32 x 128 with top-2048, vocab 154,880, IndexShare freq 4 / offset 3) with
 num_hidden_layers=2, first_k_dense_replace=1 and no MTP layer. Weights are generated on the device
 in the FP8 release's format (e4m3 + 128x128 block scales for the quantized projections and the
 experts, bf16/fp32 for the rest), never written to disk. Then, per weight format:
@@ -15,6 +15,7 @@ decode steps at B in {1, 8, 64} over 4096 cached tokens (random cache rows, bf16
 logits with the dequant model (fp8: expected equal up to GEMM-shape effects; w8a8: reported).
 
 --dry-run runs the same code on the CPU at a tiny width (seconds), so a typo never costs GPU time.
+benchmarks/gpu_decode.py builds its model, fills its cache and times its steps with the helpers here.
 """
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ from inference.fp8 import dequantize_blockwise, quantize_blockwise  # noqa: E402
 from inference.fp8_resident import make_fp8_resident, set_fp8_mode  # noqa: E402
 from inference.loader import _FP32  # noqa: E402  (the loader's fp32-kept parameters)
 from inference.model import Glm5ForCausalLM  # noqa: E402
-from inference.random_checkpoint import _COMMON, _QUANTIZED  # noqa: E402
+from inference.random_checkpoint import _QUANTIZED, preset_config  # noqa: E402
 
 E4M3 = torch.float8_e4m3fn
-GLM53 = dict(num_hidden_layers=2, first_k_dense_replace=1, num_nextn_predict_layers=0, index_topk_freq=4,
-             index_skip_topk_offset=3, quantization_config={"quant_method": "fp8", "weight_block_size": [128, 128]})  # fmt: skip
+FP8 = {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+# Random cache rows are written this many slots at a time (bounds the fp32 temporaries at 64K contexts).
+FILL_CHUNK = 1 << 18
 DRY = dict(vocab_size=1024, hidden_size=256, intermediate_size=512, moe_intermediate_size=128, num_attention_heads=4,
            q_lora_rank=128, kv_lora_rank=128, qk_nope_head_dim=32, qk_rope_head_dim=32, v_head_dim=32,
            n_routed_experts=16, num_experts_per_tok=4, index_n_heads=4, index_head_dim=64, index_topk=64,
@@ -50,10 +52,8 @@ SIZES = {"gpu": dict(prefill=2048, cached=4096, batches=(1, 8, 64), page=64, rep
 
 
 def glm53_config(dry_run: bool) -> ModelConfig:
-    raw = {**_COMMON, **GLM53, **(DRY if dry_run else {})}
-    raw.setdefault("num_key_value_heads", raw.get("num_attention_heads", 64))
-    for key in ("vocab_size", "hidden_size", "num_attention_heads"):
-        raw.setdefault(key, getattr(ModelConfig(), key))
+    raw = {**preset_config("glm53-2layer", DRY if dry_run else None), **FP8}
+    raw.setdefault("num_key_value_heads", raw["num_attention_heads"])
     return ModelConfig.from_dict(raw)
 
 
@@ -127,21 +127,34 @@ def _bytes(model) -> int:
     return sum(t.numel() * t.element_size() for t in seen.values())
 
 
-def _sync(device):
+def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
 
 
-def _timed(fn, device, reps: int) -> float:
+def timed_ms(fn, device, reps: int) -> float:
+    """Median wall ms of fn() over reps calls after one warm-up, the device synchronized each time."""
     fn()
-    _sync(device)
+    sync(device)
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
         fn()
-        _sync(device)
+        sync(device)
         times.append(time.perf_counter() - t0)
     return 1e3 * statistics.median(times)
+
+
+def fill_random_cache(model, cache, config, device) -> None:
+    """Random rows in every slot of every layer (decode cost does not depend on the values)."""
+    total = cache.num_pages * cache.page_size
+    for layer in range(cache.num_layers):
+        for start in range(0, total, FILL_CHUNK):
+            slots = torch.arange(start, min(total, start + FILL_CHUNK), device=device)
+            cache.latent_rows(layer).write(slots, torch.randn(slots.numel(), config.latent_dim, device=device).to(model.dtype))
+            if layer in cache.indexer:
+                keys = torch.randn(slots.numel(), config.index_head_dim, device=device).to(model.dtype)
+                cache.indexer_rows(layer).write(slots, keys)
 
 
 def _peak(device) -> int:
@@ -154,24 +167,20 @@ def run_format(model, config, device, size) -> dict:
     pages_per_seq = cached // page + 1
     num_pages = max(max(batches) * pages_per_seq, size["prefill"] // page + 1) + 1
     cache = model.new_cache(num_pages, page)
-    for layer in range(cache.num_layers):  # random cached rows: decode cost does not depend on values
-        slots = torch.arange(num_pages * page, device=device)
-        cache.latent_rows(layer).write(slots, torch.randn(slots.numel(), config.latent_dim, device=device).to(model.dtype))
-        if layer in cache.indexer:
-            cache.indexer_rows(layer).write(slots, torch.randn(slots.numel(), config.index_head_dim, device=device).to(model.dtype))
+    fill_random_cache(model, cache, config, device)
     out = {}
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     tokens = torch.randint(0, config.vocab_size, (size["prefill"],), generator=gen).tolist()
     prefill = ForwardBatch.build([tokens], [0], [list(range(size["prefill"] // page + 1))], device=device)
     with torch.inference_mode():
-        out["prefill_ms"] = _timed(lambda: model.forward_batch(prefill, cache), device, size["reps"])
+        out["prefill_ms"] = timed_ms(lambda: model.forward_batch(prefill, cache), device, size["reps"])
         out["prefill_peak_GiB"] = _peak(device) / 2**30
         for b in batches:
             tables = [list(range(i * pages_per_seq, (i + 1) * pages_per_seq)) for i in range(b)]
             decode = ForwardBatch.build([[int(t)] for t in torch.randint(0, config.vocab_size, (b,), generator=gen)],
                                         [cached] * b, tables, device=device)  # fmt: skip
-            out[f"decode_B{b}_ms"] = _timed(lambda: model.forward_batch(decode, cache), device, size["reps"])
+            out[f"decode_B{b}_ms"] = timed_ms(lambda: model.forward_batch(decode, cache), device, size["reps"])
         out["peak_GiB"] = _peak(device) / 2**30
         ids = torch.randint(0, config.vocab_size, (1, size["check_len"]), generator=torch.Generator().manual_seed(2))
         out["logits"] = model(ids.to(device)).float()

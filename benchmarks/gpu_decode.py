@@ -22,16 +22,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.glm53_forward import fill_random_cache as fill_cache  # noqa: E402
 from benchmarks.glm53_forward import glm53_config, random_fp8_model  # noqa: E402
+from benchmarks.glm53_forward import timed_ms as _ms  # noqa: E402
 from inference.forward_batch import ForwardBatch  # noqa: E402
 from inference.fp8_resident import set_fp8_mode  # noqa: E402
 from inference.layers.fp8_experts import Fp8RoutedExperts  # noqa: E402
@@ -43,24 +43,6 @@ from kernels.sparse_mla_fp8 import sparse_mla_fp8_attention  # noqa: E402
 SIZES = {"full": dict(contexts=(8192, 65536), batches=(1, 16, 64), reps=5, page=64),
          "quick": dict(contexts=(8192,), batches=(1, 16), reps=3, page=64),
          "dry": dict(contexts=(96,), batches=(1, 2), reps=1, page=16)}  # fmt: skip
-FILL_CHUNK = 1 << 18
-
-
-def _sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def _ms(fn, device, reps: int) -> float:
-    fn()
-    _sync(device)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    return 1e3 * statistics.median(times)
 
 
 def copy_gbps(device, reps: int) -> float:
@@ -68,18 +50,6 @@ def copy_gbps(device, reps: int) -> float:
     n = (1 << 30) if device.type == "cuda" else (1 << 22)
     src, dst = torch.empty(n, dtype=torch.uint8, device=device), torch.empty(n, dtype=torch.uint8, device=device)
     return 2 * n / _ms(lambda: dst.copy_(src), device, reps) / 1e6
-
-
-def fill_cache(model, cache, config, device) -> None:
-    """Random rows in every slot (decode cost does not depend on the values), written in chunks."""
-    total = cache.num_pages * cache.page_size
-    for layer in range(cache.num_layers):
-        for start in range(0, total, FILL_CHUNK):
-            slots = torch.arange(start, min(total, start + FILL_CHUNK), device=device)
-            cache.latent_rows(layer).write(slots, torch.randn(slots.numel(), config.latent_dim, device=device).to(model.dtype))
-            if layer in cache.indexer:
-                keys = torch.randn(slots.numel(), config.index_head_dim, device=device).to(model.dtype)
-                cache.indexer_rows(layer).write(slots, keys)
 
 
 def kernel_rows(model, cache, config, b, ctx, tables, device, reps, backend) -> dict:

@@ -14,8 +14,10 @@ def register(subparsers) -> None:
 
     init = sub.add_parser("init-random", help="write a random GLM-5.x checkpoint in the real on-disk format")
     init.add_argument("out", type=Path, help="output directory")
-    init.add_argument("--preset", choices=["tiny", "small", "flash-tiny", "flash-small"], default="tiny",
-                      help="tiny/small: GLM-5.x (glm_moe_dsa); flash-*: GLM-5.3-Flash (glm5_next)")
+    init.add_argument("--preset", choices=["tiny", "small", "glm53-2layer", "flash-tiny", "flash-small"], default="tiny",
+                      help="tiny/small: GLM-5.x (glm_moe_dsa); glm53-2layer: GLM-5.3 at full width, 2 layers "
+                           "(~14 GB with --fp8; use --device cuda); flash-*: GLM-5.3-Flash (glm5_next)")
+    init.add_argument("--device", default="cpu", help="draw the weights here (cuda: seconds for glm53-2layer)")
     init.add_argument("--seed", type=int, default=0)
     init.add_argument("--fp8", action="store_true", help="FP8 e4m3 weights with 128x128 weight_scale_inv blocks")
     init.add_argument("--fp8-block", default="128,128", metavar="ROWS,COLS",
@@ -84,6 +86,8 @@ def _init_random(args: argparse.Namespace) -> int:
             from inference.glm5_next.random_checkpoint import check_flash_args, write_flash_checkpoint
 
             check_flash_args(args.preset, overrides, args.shards)
+            if args.device != "cpu":
+                raise ValueError(f"--device {args.device}: the flash presets are drawn on the CPU only")
         else:
             check_args(args.preset, overrides, args.shards)
         if args.out.exists() and not args.out.is_dir():
@@ -97,7 +101,7 @@ def _init_random(args: argparse.Namespace) -> int:
                                    fp8_block=fp8_block)
         else:
             write_random_checkpoint(args.out, args.preset, args.seed, overrides, fp8=args.fp8, shards=args.shards,
-                                    fp8_block=fp8_block)
+                                    fp8_block=fp8_block, device=args.device)
     except (ValueError, ConfigError) as exc:
         print(f"horizon model init-random: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,7 @@
-"""`horizon serve --model PATH`: the OpenAI-compatible HTTP server over the embedded engine."""
+"""`horizon serve --model PATH`: the OpenAI-compatible HTTP server over the embedded engine.
+
+`python -m inference.cli_serve --model PATH ...` is the same command for a checkout that is not
+installed (no `horizon` entry point), e.g. on the GPU machine scripts/gpu_check.sh runs on."""
 
 from __future__ import annotations
 
@@ -116,3 +119,14 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"horizon serve: stopped: {state.engine.fatal}", file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m inference.cli_serve")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

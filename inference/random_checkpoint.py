@@ -4,6 +4,12 @@ The output is what a real release looks like: config.json, sharded safetensors w
 model.safetensors.index.json, per-expert tensor names, an MTP layer at index num_hidden_layers,
 optionally FP8 e4m3 weights with 128x128 `weight_scale_inv` blocks, and (when the chat package's
 tokenizer trainer is installed) a tokenizer whose special ids set eos/pad.
+
+`device="cuda"` draws (and quantizes) the weights on the GPU, each tensor as it is made: the
+"glm53-2layer" preset (GLM-5.3 at full width, ~14 GB in FP8) takes seconds there and would take
+many minutes on a CPU. `printable=True` zeroes lm_head's rows past the tokenizer's vocabulary, so
+a random model's greedy choices are ids the tokenizer can print (a serving benchmark then streams
+text for every token instead of a 154,880-id model picking unprintable ids 99% of the time).
 """
 
 from __future__ import annotations
@@ -44,6 +50,16 @@ PRESETS: dict[str, dict[str, Any]] = {
         num_experts_per_tok=4, n_group=4, topk_group=2, first_k_dense_replace=1, index_topk=64,
         index_n_heads=16, index_head_dim=64, index_topk_freq=2, index_skip_topk_offset=2,
         max_position_embeddings=32768,
+    ),
+    # GLM-5.3 at full width (inference/configs/glm-5.3-fp8.json) with 2 layers, dense + MoE, and
+    # no MTP layer: the GPU check's engine stage serves it. Draw it with device="cuda".
+    "glm53-2layer": dict(
+        vocab_size=154880, hidden_size=6144, intermediate_size=12288, moe_intermediate_size=2048,
+        num_hidden_layers=2, num_attention_heads=64, q_lora_rank=2048, kv_lora_rank=512,
+        qk_nope_head_dim=192, qk_rope_head_dim=64, v_head_dim=256, n_routed_experts=256, n_shared_experts=1,
+        num_experts_per_tok=8, n_group=1, topk_group=1, first_k_dense_replace=1, index_topk=2048,
+        index_n_heads=32, index_head_dim=128, index_topk_freq=4, index_skip_topk_offset=3,
+        num_nextn_predict_layers=0, max_position_embeddings=202752,
     ),
 }  # fmt: skip
 
@@ -122,9 +138,12 @@ def write_random_checkpoint(
     shards: int = 2,
     dtype: torch.dtype = torch.bfloat16,
     fp8_block: tuple[int, int] = DEFAULT_BLOCK,
+    device: str | torch.device = "cpu",
+    printable: bool = False,
 ) -> Path:
     """fp8_block: the [rows, cols] of each FP8 scale block (written as quantization_config.
-    weight_block_size); tiny presets need small blocks, e.g. (8, 8), for scales to vary in a matrix."""
+    weight_block_size); tiny presets need small blocks, e.g. (8, 8), for scales to vary in a matrix.
+    device / printable: see the module docstring."""
     check_args(preset, overrides, shards)
     if len(fp8_block) != 2 or any(int(b) < 1 for b in fp8_block):
         raise ValueError(f"fp8_block={fp8_block!r}: expected two positive ints (rows, cols)")
@@ -147,9 +166,9 @@ def write_random_checkpoint(
             "weight_block_size": list(fp8_block),
         }  # fmt: skip
     config = ModelConfig.from_dict(raw)  # validates the overrides
-    tensors = random_tensors(config, seed, dtype)
-    if fp8:
-        tensors = _quantize(tensors, fp8_block)
+    tensors = random_tensors(config, seed, dtype, torch.device(device), fp8_block if fp8 else None)
+    if printable and tokenizer is not None:
+        tensors["lm_head.weight"][tokenizer["vocab_size"] :] = 0
     _write_shards(out, tensors, shards)
     (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")
     generation = {"eos_token_id": raw["eos_token_id"], "pad_token_id": raw["pad_token_id"], "temperature": 1.0, "top_p": 0.95}
@@ -157,51 +176,59 @@ def write_random_checkpoint(
     return out
 
 
-def random_tensors(config: ModelConfig, seed: int, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """On-disk names and shapes, derived from the model's own parameter list (experts unpacked)."""
+def random_tensors(
+    config: ModelConfig,
+    seed: int,
+    dtype: torch.dtype,
+    device: torch.device = torch.device("cpu"),
+    fp8_block: tuple[int, int] | None = None,
+) -> dict[str, torch.Tensor]:
+    """On-disk names and shapes, derived from the model's own parameter list (experts unpacked).
+    With fp8_block, each weight the FP8 release quantizes is quantized as soon as it is drawn."""
     from inference.model import Glm5ForCausalLM
 
     with torch.device("meta"):
         shapes = {k: tuple(v.shape) for k, v in Glm5ForCausalLM(config).state_dict().items()}
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
     out: dict[str, torch.Tensor] = {}
+
+    def put(name: str, t: torch.Tensor) -> None:
+        if fp8_block is not None and _QUANTIZED.search(name):
+            out[name], out[name + "_scale_inv"] = quantize_blockwise(t, fp8_block)
+        else:
+            out[name] = t
+
     for name, shape in shapes.items():
         if name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj"):
             prefix = name.rsplit(".", 1)[0]
             for e in range(shape[0]):
                 if name.endswith("gate_up_proj"):
                     half = (shape[1] // 2, shape[2])
-                    out[f"{prefix}.{e}.gate_proj.weight"] = _linear(half, gen, dtype)
-                    out[f"{prefix}.{e}.up_proj.weight"] = _linear(half, gen, dtype)
+                    put(f"{prefix}.{e}.gate_proj.weight", _linear(half, gen, dtype))
+                    put(f"{prefix}.{e}.up_proj.weight", _linear(half, gen, dtype))
                 else:
-                    out[f"{prefix}.{e}.down_proj.weight"] = _linear(shape[1:], gen, dtype)
+                    put(f"{prefix}.{e}.down_proj.weight", _linear(shape[1:], gen, dtype))
         elif name.endswith("e_score_correction_bias"):
-            out[name] = torch.randn(shape, generator=gen) * 0.1
+            put(name, _randn(shape, gen) * 0.1)
         elif name.endswith("mlp.gate.weight"):
-            out[name] = _linear(shape, gen, torch.float32)
+            put(name, _linear(shape, gen, torch.float32))
         elif name.endswith("embed_tokens.weight"):
-            out[name] = torch.randn(shape, generator=gen).to(dtype)
+            put(name, _randn(shape, gen).to(dtype))
         elif len(shape) == 1:  # norm weights / LayerNorm bias: near their init, not exactly it
             base = 0.0 if name.endswith(".bias") else 1.0
-            out[name] = (base + 0.1 * torch.randn(shape, generator=gen)).to(dtype)
+            put(name, (base + 0.1 * _randn(shape, gen)).to(dtype))
         else:
-            out[name] = _linear(shape, gen, dtype)
+            put(name, _linear(shape, gen, dtype))
     return out
+
+
+def _randn(shape, gen: torch.Generator) -> torch.Tensor:
+    return torch.randn(tuple(shape), generator=gen, device=gen.device)
 
 
 def _linear(shape, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
     # 1/sqrt(fan_in) keeps activations O(1) through the layers, so routing and top-k are not degenerate.
-    return (torch.randn(tuple(shape), generator=gen) / math.sqrt(shape[-1])).to(dtype)
-
-
-def _quantize(tensors: dict[str, torch.Tensor], block: tuple[int, int] = DEFAULT_BLOCK) -> dict[str, torch.Tensor]:
-    out: dict[str, torch.Tensor] = {}
-    for name, t in tensors.items():
-        if _QUANTIZED.search(name):
-            out[name], out[name + "_scale_inv"] = quantize_blockwise(t, block)
-        else:
-            out[name] = t
-    return out
+    return (_randn(shape, gen) / math.sqrt(shape[-1])).to(dtype)
 
 
 def _write_shards(out: Path, tensors: dict[str, torch.Tensor], n: int) -> None:
@@ -220,7 +247,7 @@ def _write_shards(out: Path, tensors: dict[str, torch.Tensor], n: int) -> None:
     weight_map = {}
     for i, group in enumerate(groups):
         file = f"model-{i + 1:05d}-of-{n:05d}.safetensors"
-        save_file(group, str(out / file), metadata={"format": "pt"})
+        save_file({k: t.cpu() for k, t in group.items()}, str(out / file), metadata={"format": "pt"})
         weight_map.update({k: file for k in group})
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")

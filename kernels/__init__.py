@@ -12,7 +12,9 @@ One DSA attention step of a layer, with the caches of inference/kv_cache.py (row
     # out_lat [N, heads, 512] -> W_UV -> o_proj. IndexShare "shared" layers reuse sel.slots.
 
 With an FP8 KV cache (fp8_cache.py layouts) ``indexer_topk_fp8`` and ``sparse_mla_fp8_attention``
-read the uint8 cache bytes in place. The routed experts of an MoE layer: ``fused_moe(x, gate_up_proj, down_proj, ids, weights)``.
+read the uint8 cache bytes in place. Long prefill chunks attend in the expanded form instead
+(``mla_prefill_attention``: per-head k_nope / v from kv_b_proj, flash attention, an optional DSA
+selection as bit words). The routed experts of an MoE layer: ``fused_moe(x, gate_up_proj, down_proj, ids, weights)``.
 FP8 weights (e4m3 + block scales): ``w8a8_linear`` / ``act_quant`` + ``fp8_gemm``, ``weight_dequant``
 and ``fused_moe_fp8`` (kernels/fp8_gemm.py, kernels/fused_moe_fp8.py).
 """
@@ -23,6 +25,7 @@ from kernels.fused_moe import fused_moe, fused_moe_torch, fused_moe_triton
 from kernels.fused_moe_fp8 import fused_moe_fp8
 from kernels.indexer_topk import IndexerTopk, indexer_scores, indexer_scores_torch, indexer_scores_triton, indexer_topk
 from kernels.indexer_topk_fused import indexer_topk_fp8
+from kernels.mla_prefill import mla_prefill_attention, selection_bits
 from kernels.paged_slots import slots_from_block_table
 from kernels.sparse_mla import sparse_mla_attention, sparse_mla_torch, sparse_mla_triton
 from kernels.sparse_mla_fp8 import sparse_mla_fp8_attention
@@ -43,7 +46,9 @@ __all__ = [
     "indexer_scores_triton",
     "indexer_topk",
     "indexer_topk_fp8",
+    "mla_prefill_attention",
     "resolve_backend",
+    "selection_bits",
     "slots_from_block_table",
     "sparse_mla_attention",
     "sparse_mla_fp8_attention",

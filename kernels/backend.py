@@ -108,12 +108,15 @@ class TritonKernel:
                 self._compiled = triton.jit(self.fn)
             self._compiled[grid](*args, UPCAST=False, **meta)
 
-    def compile_ahead(self, arg_types: dict[str, str], meta: dict[str, Any], arch: int = 90):
+    def compile_ahead(self, arg_types: dict[str, str], meta: dict[str, Any], arch: int = 90, divisible: tuple = ()):
         """Compile for CUDA compute capability ``arch`` without a GPU (triton ships ptxas).
 
         arg_types maps pointer and float arguments to triton types ("*bf16", "fp32", ...); other
-        runtime arguments are taken as i32. Returns the compiled kernel (``.metadata.shared`` is
-        its shared memory in bytes). Catches compile errors and resource overflows on CPU-only CI.
+        runtime arguments are taken as i32. ``divisible`` names the arguments to treat as multiples
+        of 16 (bytes for pointers), as a launch specializes them when they are: only then do the
+        loads vectorize and pipeline, so registers and shared memory match a real launch's.
+        Returns the compiled kernel (``.metadata.shared`` is its shared memory in bytes). Catches
+        compile errors and resource overflows on CPU-only CI.
         """
         from triton.backends.compiler import GPUTarget
         from triton.compiler import ASTSource
@@ -124,7 +127,8 @@ class TritonKernel:
         constexprs["UPCAST"] = False
         options = {k: v for k, v in meta.items() if k not in fn.arg_names}
         signature = {n: "constexpr" if n in constexprs else arg_types.get(n, "i32") for n in fn.arg_names}
-        source = ASTSource(fn, signature, constexprs=constexprs)
+        attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in divisible}
+        source = ASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
         return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 

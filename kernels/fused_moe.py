@@ -10,10 +10,10 @@ For token t and its routed experts topk_ids[t, j] with weights topk_weights[t, j
 Expert ids outside [0, E) contribute nothing (expert parallelism: another rank owns them).
 The routing weights already include norm_topk_prob and routed_scaling_factor (the router's job).
 
-Triton path: pairs are sorted by expert into blocks of BLOCK_M (``grouped_blocks``); kernel 1 computes
-gate and up for a block in one pass over x and applies SwiGLU; kernel 2 multiplies by down and the
-routing weight. The k partial outputs of a token are summed with a reshape-sum (no atomics, so the
-result is deterministic).
+Triton path: pairs are sorted by expert into blocks of BLOCK_M (``grouped_blocks.routed_pairs``);
+kernel 1 computes gate and up for a block in one pass over x and applies SwiGLU; kernel 2 multiplies
+by down and the routing weight. The k partial outputs of a token are summed with a reshape-sum (no
+atomics, so the result is deterministic).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.backend import TritonKernel, cdiv, dot_precision, resolve_backend, tl
-from kernels.grouped_blocks import group_into_blocks, sort_by_group
+from kernels.grouped_blocks import block_items, routed_pairs, sort_by_group
 from kernels.validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_tensor
 
 
@@ -70,14 +70,10 @@ def _moe_gate_up_kernel(
     DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     # One program: BLOCK_M pairs of one expert x BLOCK_N intermediate columns of both gate and up.
-    pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+    expert, pairs, row_ok = block_items(tl.program_id(0), block_expert_ptr, sorted_pairs_ptr, num_pairs, BLOCK_M)
     if expert < 0:
         return
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    pairs = tl.load(sorted_pairs_ptr + offs_m)
-    row_ok = pairs < num_pairs
     tokens = (pairs // top_k).to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < I
@@ -110,14 +106,10 @@ def _moe_down_kernel(
     DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     # One program: BLOCK_M pairs of one expert x BLOCK_N hidden columns; scales by the routing weight.
-    pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+    expert, pairs, row_ok = block_items(tl.program_id(0), block_expert_ptr, sorted_pairs_ptr, num_pairs, BLOCK_M)
     if expert < 0:
         return
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    pairs = tl.load(sorted_pairs_ptr + offs_m)
-    row_ok = pairs < num_pairs
     pair_rows = pairs.to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < H
@@ -159,38 +151,31 @@ def fused_moe_triton(
     block_k: int = 64,
 ) -> torch.Tensor:
     """Triton: [T, H] in hidden's dtype; same contract as ``fused_moe_torch``."""
-    T, H = hidden.shape
+    H = hidden.shape[1]
     E, two_i, _ = gate_up.shape
     I = two_i // 2
-    top_k = topk_ids.shape[1]
-    num_pairs = T * top_k
-    if num_pairs == 0:
+    pairs = routed_pairs(topk_ids, topk_weights, E, H, block_m)
+    if pairs.num_pairs == 0:
         return torch.zeros_like(hidden)
-    hidden = hidden.contiguous()
-    gate_up = gate_up.contiguous()
-    down = down.contiguous()
-    weights = topk_weights.reshape(-1).contiguous()
+    hidden, gate_up, down = hidden.contiguous(), gate_up.contiguous(), down.contiguous()
     meta = fused_moe_meta(hidden.dtype, block_m, block_n, block_k)
-    blocks = group_into_blocks(topk_ids, E, block_m)
-    num_blocks = blocks.block_group.shape[0]
-    act = torch.empty((num_pairs, I), dtype=hidden.dtype, device=hidden.device)
-    # Pairs routed to no local expert are never written by kernel 2: they must read as zeros.
-    out_pairs = torch.zeros((num_pairs, H), dtype=torch.float32, device=hidden.device)
+    blocks, out = pairs.blocks, pairs.out
+    act = torch.empty((pairs.num_pairs, I), dtype=hidden.dtype, device=hidden.device)
     _GATE_UP_KERNEL.launch(
-        (num_blocks, cdiv(I, block_n)),
+        (pairs.num_blocks, cdiv(I, block_n)),
         hidden, gate_up, act, blocks.sorted_items, blocks.block_group,
-        num_pairs, top_k, H, I,
+        pairs.num_pairs, pairs.top_k, H, I,
         hidden.stride(0), gate_up.stride(0), gate_up.stride(1), act.stride(0),
         device=hidden.device, **meta,
     )  # fmt: skip
     _DOWN_KERNEL.launch(
-        (num_blocks, cdiv(H, block_n)),
-        act, down, out_pairs, weights, blocks.sorted_items, blocks.block_group,
-        num_pairs, H, I,
-        act.stride(0), down.stride(0), down.stride(1), out_pairs.stride(0),
+        (pairs.num_blocks, cdiv(H, block_n)),
+        act, down, out, pairs.weights, blocks.sorted_items, blocks.block_group,
+        pairs.num_pairs, H, I,
+        act.stride(0), down.stride(0), down.stride(1), out.stride(0),
         device=hidden.device, **meta,
     )  # fmt: skip
-    return out_pairs.view(T, top_k, H).sum(dim=1).to(hidden.dtype)
+    return pairs.combine(hidden.dtype)
 
 
 def fused_moe(

@@ -30,7 +30,7 @@ from kernels.fp8_gemm import (
     quant_tile,
     weight_dequant_torch,
 )
-from kernels.grouped_blocks import group_into_blocks, sort_by_group
+from kernels.grouped_blocks import block_items, routed_pairs, sort_by_group
 from kernels.validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_tensor
 
 
@@ -67,14 +67,10 @@ def _moe_fp8_gate_up_kernel(
     UPCAST: tl.constexpr,
 ):  # fmt: skip
     # One program: BLOCK_M pairs of one expert x one quantization group (BLOCK_K columns) of I.
-    pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+    expert, pairs, row_ok = block_items(tl.program_id(0), block_expert_ptr, sorted_pairs_ptr, num_pairs, BLOCK_M)
     if expert < 0:
         return
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    pairs = tl.load(sorted_pairs_ptr + offs_m)
-    row_ok = pairs < num_pairs
     tokens = (pairs // top_k).to(tl.int64)
     offs_n = pid_n * BLOCK_K + tl.arange(0, BLOCK_K)  # I is a multiple of BLOCK_K: no mask
     offs_k = tl.arange(0, BLOCK_K)
@@ -114,14 +110,10 @@ def _moe_fp8_down_kernel(
     UPCAST: tl.constexpr,
 ):  # fmt: skip
     # One program: BLOCK_M pairs of one expert x BLOCK_N hidden columns; scales by the routing weight.
-    pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
-    expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+    expert, pairs, row_ok = block_items(tl.program_id(0), block_expert_ptr, sorted_pairs_ptr, num_pairs, BLOCK_M)
     if expert < 0:
         return
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    pairs = tl.load(sorted_pairs_ptr + offs_m)
-    row_ok = pairs < num_pairs
     rows = pairs.to(tl.int64)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < H
@@ -159,41 +151,37 @@ def fused_moe_fp8_meta(block: tuple[int, int] = (128, 128), block_m: int = 16, b
 def fused_moe_fp8_triton(
     hidden, gate_up, gate_up_scale, down, down_scale, topk_ids, topk_weights, block=(128, 128), block_m=16
 ):
-    T, H = hidden.shape
+    H = hidden.shape[1]
     E, two_i, _ = gate_up.shape
     I = two_i // 2
-    top_k = topk_ids.shape[1]
-    num_pairs = T * top_k
-    if num_pairs == 0:
-        return torch.zeros_like(hidden)
     if block[1] < 16 or block[1] & (block[1] - 1):
         raise ValueError(f"fused_moe_fp8 Triton: K block {block[1]} must be a power of two >= 16 (tl.dot tile)")
+    pairs = routed_pairs(topk_ids, topk_weights, E, H, block_m)
+    if pairs.num_pairs == 0:
+        return torch.zeros_like(hidden)
     xq, xs = act_quant(hidden, block[1], backend="triton")
     gate_up, gate_up_scale, down, down_scale = (t.contiguous() for t in (gate_up, gate_up_scale, down, down_scale))
-    weights = topk_weights.reshape(-1).contiguous()
     meta_gu, meta_down = fused_moe_fp8_meta(block, block_m, min(128, max(16, block[0])))
-    blocks = group_into_blocks(topk_ids, E, block_m)
-    num_blocks = blocks.block_group.shape[0]
-    act = torch.empty((num_pairs, I), dtype=E4M3, device=hidden.device)
-    act_s = torch.empty((num_pairs, I // block[1]), dtype=torch.float32, device=hidden.device)
-    out_pairs = torch.zeros((num_pairs, H), dtype=torch.float32, device=hidden.device)  # foreign pairs stay 0
+    blocks, out = pairs.blocks, pairs.out
+    act = torch.empty((pairs.num_pairs, I), dtype=E4M3, device=hidden.device)
+    act_s = torch.empty((pairs.num_pairs, I // block[1]), dtype=torch.float32, device=hidden.device)
     _GATE_UP_KERNEL.launch(
-        (num_blocks, I // block[1]),
+        (pairs.num_blocks, I // block[1]),
         xq, xs, gate_up, gate_up_scale, act, act_s, blocks.sorted_items, blocks.block_group,
-        num_pairs, top_k, H, I, AMAX_FLOOR,
+        pairs.num_pairs, pairs.top_k, H, I, AMAX_FLOOR,
         xq.stride(0), xs.stride(0), gate_up.stride(0), gate_up.stride(1), gate_up_scale.stride(0),
         gate_up_scale.stride(1), act.stride(0), act_s.stride(0),
         device=hidden.device, **meta_gu,
     )  # fmt: skip
     _DOWN_KERNEL.launch(
-        (num_blocks, cdiv(H, meta_down["BLOCK_N"])),
-        act, act_s, down, down_scale, out_pairs, weights, blocks.sorted_items, blocks.block_group,
-        num_pairs, H, I,
+        (pairs.num_blocks, cdiv(H, meta_down["BLOCK_N"])),
+        act, act_s, down, down_scale, out, pairs.weights, blocks.sorted_items, blocks.block_group,
+        pairs.num_pairs, H, I,
         act.stride(0), act_s.stride(0), down.stride(0), down.stride(1), down_scale.stride(0), down_scale.stride(1),
-        out_pairs.stride(0),
+        out.stride(0),
         device=hidden.device, **meta_down,
     )  # fmt: skip
-    return out_pairs.view(T, top_k, H).sum(dim=1).to(hidden.dtype)
+    return pairs.combine(hidden.dtype)
 
 
 def fused_moe_fp8(

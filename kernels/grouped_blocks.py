@@ -10,6 +10,9 @@ belongs to one group (each group's run is padded up to a multiple of block_size 
 ``num_items``). The layout's size depends only on (num_items, num_groups, block_size), never on
 the ids, so the GPU path needs no host synchronization; unused trailing blocks carry group -1 and
 the kernels skip them.
+
+The fused MoE kernels (fused_moe.py, fused_moe_fp8.py) share their launch set-up here
+(``routed_pairs``) and the first lines of every program (``block_items``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from kernels.backend import tl, triton_helper
 
 
 @dataclass(frozen=True)
@@ -77,3 +82,49 @@ def group_into_blocks(group_ids: torch.Tensor, num_groups: int, block_size: int)
     block_group = torch.searchsorted(padded_end, block_starts, right=True)
     block_group = torch.where(block_group < num_groups, block_group, -1).to(torch.int32)
     return GroupedBlocks(sorted_items=sorted_items, block_group=block_group, num_items=num_items, block_size=block_size)
+
+
+@triton_helper
+def block_items(block, block_group_ptr, sorted_items_ptr, num_items, BLOCK: tl.constexpr):
+    """Inside a kernel: (group of `block`, -1 for an unused block; its BLOCK item ids; which of
+    them are real items rather than padding). The caller returns early on group < 0."""
+    group = tl.load(block_group_ptr + block).to(tl.int64)
+    items = tl.load(sorted_items_ptr + block * BLOCK + tl.arange(0, BLOCK))
+    return group, items, items < num_items
+
+
+@dataclass(frozen=True)
+class RoutedPairs:
+    """The launch set-up both fused-MoE kernels share: the (token, expert) pairs grouped by expert
+    into blocks, their routing weights and the fp32 per-pair output the down kernel writes."""
+
+    blocks: GroupedBlocks
+    weights: torch.Tensor  # [num_pairs] routing weight of pair t * top_k + j
+    out: torch.Tensor  # [num_pairs, hidden] fp32; pairs of experts no local block owns stay zero
+    top_k: int
+
+    @property
+    def num_pairs(self) -> int:
+        return self.blocks.num_items
+
+    @property
+    def num_blocks(self) -> int:
+        return self.blocks.block_group.shape[0]
+
+    def combine(self, dtype: torch.dtype) -> torch.Tensor:
+        """[T, hidden]: each token's top_k partial outputs summed (a reshape-sum: no atomics, so
+        the result is deterministic)."""
+        return self.out.view(-1, self.top_k, self.out.shape[1]).sum(dim=1).to(dtype)
+
+
+def routed_pairs(
+    topk_ids: torch.Tensor, topk_weights: torch.Tensor, num_experts: int, hidden: int, block_m: int
+) -> RoutedPairs:
+    """Group the pairs of [T, top_k] routing ids into expert blocks of block_m (no host sync)."""
+    num_pairs = topk_ids.numel()
+    return RoutedPairs(
+        blocks=group_into_blocks(topk_ids, num_experts, block_m),
+        weights=topk_weights.reshape(-1).contiguous(),
+        out=torch.zeros((num_pairs, hidden), dtype=torch.float32, device=topk_ids.device),
+        top_k=topk_ids.shape[1],
+    )

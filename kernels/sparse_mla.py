@@ -19,6 +19,7 @@ import functools
 import torch
 
 from kernels.backend import TritonKernel, cdiv, dot_precision, next_pow2, resolve_backend, tl
+from kernels.online_softmax import online_softmax_step
 from kernels.validate import FLOAT_DTYPES, INDEX_DTYPES, check_same_device, check_tensor, flat_rows
 
 # The reference gathers [tokens, K, row] in fp32: chunk query tokens to bound that.
@@ -114,12 +115,7 @@ def _sparse_mla_kernel(
             q_pe, tl.trans(pe), input_precision=DOT_PRECISION
         )  # [BLOCK_H, BLOCK_K]
         scores = tl.where(valid[None, :], scores * softmax_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(scores, axis=1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(scores - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(lat.dtype), lat, input_precision=DOT_PRECISION)
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_step(m_i, l_i, acc, scores, lat, DOT_PRECISION)
 
     has_keys = l_i > 0.0
     out = acc / tl.where(has_keys, l_i, 1.0)[:, None]

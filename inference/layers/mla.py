@@ -12,6 +12,9 @@ Once the indexer selects (a row sees more than `index_topk` keys), the native pa
 sparsely: each query row gathers its `index_topk` selected rows and runs the absorbed form over
 them alone, so the cost follows index_topk instead of the context (DSA's point; transformers and
 the dense forms here compute every score and mask all but the selected ones, the same function).
+
+The kernel path (kernel_path.py) attends absorbed over each token's selected rows, except the
+tokens of long chunks that expanded_prefill.py finds cheaper in the expanded form.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from torch import nn
 
 from inference.config import ModelConfig
 from inference.forward_batch import AttentionMetadata
-from inference.layers import kernel_path
+from inference.layers import expanded_prefill, kernel_path
+from inference.layers.expanded_prefill import ABSORB_MAX_QUERY_LEN, MlaDims
 from inference.layers.fp8_linear import Fp8Linear, linear
 from inference.layers.fusion import fuse_linears, input_major_on_cpu
 from inference.layers.indexer import MAX_SCORE_ELEMENTS, Indexer, TopkSelection
@@ -32,9 +36,8 @@ from inference.layers.rope import RopeTables, deinterleave_rope_rows
 from inference.parallel.partial_sums import accumulate_dtype
 from inference.parallel.state import ParallelState
 
-# Batches whose longest per-sequence chunk is at most this many tokens use the absorbed form
-# (decode, MTP verification); longer chunks use the expanded form.
-ABSORB_MAX_QUERY_LEN = 8
+# Native path: batches whose longest per-sequence chunk is at most ABSORB_MAX_QUERY_LEN tokens use
+# the absorbed form (decode, MTP verification); longer chunks use the expanded form.
 # Largest [rows, index_topk, rank + rope] block of gathered cache rows the sparse form holds at once.
 SPARSE_GATHER_ELEMENTS = 1 << 24
 
@@ -62,6 +65,8 @@ class MLAttention(nn.Module):
         self.kv_b_proj = nn.Linear(self.rank, self.n_heads * (self.nope + self.v_dim), bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.v_dim, h, bias=False)
         self.indexer = Indexer(config) if has_indexer else None
+        self.topk = config.index_topk  # expanded_prefill's rule, in IndexShare's indexer-less layers too
+        self.dims = MlaDims(self.n_heads, self.rank, self.rope, self.nope, self.v_dim)
         self.in_proj: torch.Tensor | None = None
         self.in_split: list[int] = []
         self.rope_deinterleaved = False
@@ -118,8 +123,9 @@ class MLAttention(nn.Module):
         The selection is a TopkSelection (or None = all visible) on the native path, and cache
         slots [N, K] when `kernels` names a kernels backend (see kernel_path.py). `mode`: "auto"
         (sparse over the selection when there is one, else absorbed for short query chunks and
-        expanded otherwise), or one form forced: "sparse", "absorbed" or "expanded" (the dense
-        forms mask everything but the selection; tests use them as references)."""
+        expanded otherwise; the kernel path decides per sequence, expanded_prefill.py), or one form
+        forced: "sparse", "absorbed" or "expanded" (the dense forms mask everything but the
+        selection; tests use them as references)."""
         n = x.shape[0]
         q_a, kv_a, index_k, index_w = self._project_input(x)
         q_latent = self.q_a_layernorm(q_a)
@@ -130,19 +136,20 @@ class MLAttention(nn.Module):
         row = torch.cat([self.kv_a_layernorm(c), rope.apply(k_pe, self.rope_deinterleaved)], dim=-1)
         latent_cache.write(meta.slot_mapping, row)
 
+        if mode not in ("auto", "sparse", "absorbed", "expanded"):
+            raise ValueError(f"attention mode={mode!r}: expected 'auto', 'sparse', 'absorbed' or 'expanded'")
         own_indexer = self.indexer is not None and not reuse_selection
         if kernels is not None:
             if own_indexer:
                 selection = self.indexer.select_slots(x, q_latent, rope, meta, indexer_cache, index_k, index_w, kernels)
             else:
                 selection = shared_selection
-            return self._output(self._sparse_kernel(q_nope, q_pe, latent_cache, selection, kernels)), selection
+            out = self._kernel_attention(q_nope, q_pe, latent_cache, selection, meta, mode, kernels)
+            return self._output(out), selection
         if own_indexer:
             selection = self.indexer(x, q_latent, rope, meta, indexer_cache, index_k, index_w)
         else:
             selection = shared_selection
-        if mode not in ("auto", "sparse", "absorbed", "expanded"):
-            raise ValueError(f"attention mode={mode!r}: expected 'auto', 'sparse', 'absorbed' or 'expanded'")
         if selection is not None and mode in ("auto", "sparse"):
             return self._output(self._sparse(q_nope, q_pe, latent_cache, selection, meta)), selection
         hidden = meta.key_hidden if selection is None else ~selection.mask(meta.max_seq_len)
@@ -168,6 +175,21 @@ class MLAttention(nn.Module):
         w_uv = self.kv_b_proj.weight.view(self.n_heads, self.nope + self.v_dim, self.rank)[:, self.nope :]
         out = torch.bmm(out_lat.transpose(0, 1), w_uv.transpose(1, 2))  # [H, N, v]
         return out.transpose(0, 1).reshape(-1, self.n_heads * self.v_dim)
+
+    def _kernel_attention(self, q_nope, q_pe, latent_cache, slots, meta, mode: str, backend: str) -> torch.Tensor:
+        """[N, H * v]: absorbed over the selected rows, but expanded for the tokens `plan` picks."""
+        plan = expanded_prefill.plan(meta, mode, self.topk, self.dims)
+        if plan is None:  # decode: always here, without a host sync
+            return self._sparse_kernel(q_nope, q_pe, latent_cache, slots, backend)
+        out = q_nope.new_empty(q_nope.shape[0], self.n_heads * self.v_dim)
+        q = torch.cat([q_nope[plan.tokens], q_pe[plan.tokens]], dim=-1)
+        out[plan.tokens] = expanded_prefill.attend(
+            plan, q, latent_cache, self.kv_b_proj, meta, slots, self.dims, self.scale, backend
+        ).to(out.dtype)  # fmt: skip
+        if plan.absorbed.numel():
+            rows = plan.absorbed
+            out[rows] = self._sparse_kernel(q_nope[rows], q_pe[rows], latent_cache, slots[rows], backend)
+        return out
 
     def _sparse_kernel(self, q_nope, q_pe, latent_cache, slots, backend: str) -> torch.Tensor:
         q = torch.cat([self._absorb_keys(q_nope), q_pe], dim=-1).to(latent_cache.dtype)  # the model dtype

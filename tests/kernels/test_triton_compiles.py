@@ -4,6 +4,9 @@ interpreter tests check the numerics; this catches what only the real compiler r
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from importlib import import_module
 
 import pytest
@@ -16,7 +19,12 @@ mla_mod = import_module("kernels.sparse_mla")
 moe_mod = import_module("kernels.fused_moe")
 fp8_mod = import_module("kernels.fp8_gemm")
 moe_fp8_mod = import_module("kernels.fused_moe_fp8")
+prefill_mod = import_module("kernels.mla_prefill")
 _MOE_FP8_META = moe_fp8_mod.fused_moe_fp8_meta((128, 128))
+# A launch specializes 16-aligned pointers and strides (all of these are at GLM-5 sizes).
+_PREFILL_ALIGNED = ("q_ptr", "kv_ptr", "pe_ptr", "key_start_ptr", "sorted_tokens_ptr", "block_seq_ptr",
+                    "query_pos_ptr", "sel_ptr", "out_ptr", "stride_qt", "stride_qh", "stride_kvu", "stride_kvh",
+                    "stride_pe", "stride_ot", "stride_oh")
 
 H100_H200_MAX_SHARED_BYTES = 227 * 1024
 
@@ -50,6 +58,17 @@ KERNELS = {
         for name, dt, lat, sc, heads in (("bf16_64_heads", "bf16", "*bf16", "*bf16", 64),
                                          ("fp32_8_heads", "fp32", "*fp32", "*fp32", 8),
                                          ("fp8_rows_bf16_64_heads", "bf16", "*fp8e4nv", "*fp32", 64))
+    },
+    **{
+        f"mla_prefill_{dt}{'_selection' if sel else ''}": (
+            prefill_mod._MLA_PREFILL_KERNEL,
+            # int64 key starts and positions: what the model passes (inference/layers/expanded_prefill.py)
+            {"q_ptr": f"*{dt}", "kv_ptr": f"*{dt}", "pe_ptr": f"*{dt}", "key_start_ptr": "*i64",
+             "sorted_tokens_ptr": "*i32", "block_seq_ptr": "*i32", "query_pos_ptr": "*i64", "sel_ptr": "*i32",
+             "out_ptr": f"*{dt}", "softmax_scale": "fp32"},
+            prefill_mod.mla_prefill_meta(192, 64, 256, torch.bfloat16, sel),
+        )
+        for dt, sel in (("bf16", False), ("bf16", True))  # fp32 (tests only) compiles 5x slower
     },
     "moe_gate_up_bf16": (
         moe_mod._GATE_UP_KERNEL,
@@ -96,10 +115,26 @@ KERNELS = {
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
-def test_compiles_for_sm90(name, monkeypatch):
+def test_compiles_for_sm90(name, monkeypatch, tmp_path):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "1")  # the current default, stated to silence its warning
     kernel, arg_types, meta = KERNELS[name]
-    compiled = kernel.compile_ahead(arg_types, meta, arch=90)
+    aligned = _PREFILL_ALIGNED if name.startswith("mla_prefill") else ()
+    compiled = kernel.compile_ahead(arg_types, meta, arch=90, divisible=aligned)
     assert compiled.asm["cubin"], "no cubin produced"
     assert compiled.metadata.shared <= H100_H200_MAX_SHARED_BYTES, f"{compiled.metadata.shared} bytes of shared memory"
+    if aligned:  # tuned to fit sm_90's 255 registers per thread
+        assert _stack_bytes(compiled.asm["cubin"], tmp_path) == 0, "registers spill to local memory"
+
+
+def _stack_bytes(cubin: bytes, tmp_path) -> int:
+    """Per-thread stack (register spills) of a cubin, read with cuobjdump (triton ships one)."""
+    import triton
+
+    bundled = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    tool = bundled if os.path.exists(bundled) else shutil.which("cuobjdump")
+    assert tool, "no cuobjdump (neither in triton's package nor on PATH)"
+    path = tmp_path / "kernel.cubin"
+    path.write_bytes(cubin)
+    usage = subprocess.run([tool, "-res-usage", str(path)], capture_output=True, text=True, check=True).stdout
+    return int(usage.split("STACK:")[1].split()[0])

@@ -46,6 +46,7 @@ def test_sharded_model_matches_one_process(tp_checkpoint, reference, tp, ep):
 
 @pytest.mark.parametrize("kernel_backend,kv_cache_dtype,mode", [
     ("torch", "auto", "auto"), (None, "fp8", "auto"), (None, "auto", "absorbed"), (None, "auto", "expanded"),
+    ("torch", "auto", "expanded"),  # the kernel path's expanded prefill (kv_b_proj rows per rank's heads)
 ])
 def test_every_attention_path_shards(tp_checkpoint, reference, kernel_backend, kv_cache_dtype, mode):
     """The kernels path (torch references of the Triton kernels: fp32 only) and the FP8 cache."""
