@@ -73,6 +73,7 @@ class RankGroup:
         self.failure: Optional[str] = None
         self._stopping = False
         self._monitor: Optional[threading.Thread] = None
+        self.leader_threads: Optional[int] = None  # the leader's torch thread count before launch, restored by stop()
 
     @property
     def device(self) -> str:
@@ -99,15 +100,25 @@ class RankGroup:
                 p = ctx.Process(target=follower_main, args=(rank, spec), name=f"horizon-rank{rank}", daemon=True)
                 p.start()
                 processes.append(p)
-        if parallel.threads_per_rank is not None:
-            torch.set_num_threads(parallel.threads_per_rank)
+        if parallel.threads_per_rank is not None or not device.startswith("cuda"):
+            # NOTE: the leader is a rank too. On CPU it takes the followers' thread count: BLAS splits a
+            # GEMM's reduction by the thread count, so a leader with more threads would write
+            # replicated KV rows (q_a/kv_a, the indexer keys) that differ from the followers' in the
+            # last bits, breaking the bit-identical replication the engine relies on.
+            previous_threads = torch.get_num_threads()
+            torch.set_num_threads(threads)
+        else:
+            previous_threads = None
         try:
             comm = TorchComm.init(0, parallel.world, init, backend, parallel.timeout_s)
         except Exception:
             for p in processes:
                 p.kill()
+            if previous_threads is not None:
+                torch.set_num_threads(previous_threads)
             raise
         group = cls(spec, spec.state(0, comm), processes)
+        group.leader_threads = previous_threads
         group.start_monitor(lambda reason: None)
         return group
 
@@ -135,6 +146,8 @@ class RankGroup:
     def stop(self, timeout_s: float = 10.0) -> None:
         """After the followers were sent Stop (or the group failed): reap them, killing stragglers."""
         self._stopping = True
+        if self.leader_threads is not None:
+            torch.set_num_threads(self.leader_threads)
         for p in self.processes:
             p.join(timeout=timeout_s)
             if p.is_alive():
