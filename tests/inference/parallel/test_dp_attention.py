@@ -136,5 +136,7 @@ def test_fp8_resident_split_extras_refuse_to_cut_scale_blocks(tp_checkpoint_fp8)
     """128x128 blocks: the tiny dense MLP's halves (64 rows) would cut them."""
     from inference.loader import CheckpointError
 
-    with pytest.raises(CheckpointError, match=r"model.layers.0.mlp.gate_proj.weight: rank 0's rows \[0, 64\) cut"):
+    with pytest.raises(CheckpointError, match=r"'fp8' with DP attention with split extras over 2 ranks: "
+                                              r"model.layers.0.mlp.gate_proj.weight: rank 0's rows \[0, 64\) cut.*"
+                                              r"choose dp_extras='replicated'"):
         _dp_ranks(tp_checkpoint_fp8, weight_format="fp8")
