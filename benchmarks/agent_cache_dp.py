@@ -15,8 +15,9 @@ Budgets come from the memory plan, not from a knob: `horizon model plan glm-5.3 
 TP8 601,056 KV tokens per rank (= per node) and DP8 + EP8, in the layout the engine serves by
 default (--dp-extras split: embedding, LM head, dense and shared MLPs split over the ranks),
 373,703 per rank (2,989,624 per node, 4.97x); with those replicated (--dp-extras replicated)
-256,101 per rank (2,048,808, 3.41x). Both are multiplied by one common factor, the trace's token scale (--scale 0.1 turns a
-12K->80K-token session into 1.2K->8K, so the node shrinks with it), and DP's node total is split
+256,101 per rank (2,048,808, 3.41x). Both are multiplied by one common factor, the trace's token
+scale (--scale 0.1 turns a 12K->80K-token session into 1.2K->8K, so the node shrinks with it),
+and DP's node total is split
 evenly over the N ranks. The host tier is the same for every policy: --host-memory of node RAM
 (default 1 TiB, half a DGX H200's) in KV tokens, scaled alike: one tier under TP, 1/N per DP rank.
 A DP rank's per-step token and request limits are the node's divided by N, as SGLang divides
@@ -290,7 +291,8 @@ def run(a: argparse.Namespace, traces, sessions: list[dict] | None) -> int:
         print(json.dumps(r), flush=True)
     tp, aff, rnd = rows["tp-replicated"], rows["dp-affinity"], rows["dp-random"]
     print(json.dumps({"dp_comparison": {
-        "ranks": a.dp, "dp_extras": a.dp_extras, "capacity_ratio": round(aff["capacity_tokens"] / tp["capacity_tokens"], 2),
+        "ranks": a.dp, "dp_extras": a.dp_extras,
+        "capacity_ratio": round(aff["capacity_tokens"] / tp["capacity_tokens"], 2),
         "dp_affinity_hit_rate": aff["hit_rate"], "dp_random_hit_rate": rnd["hit_rate"], "tp_hit_rate": tp["hit_rate"],
         "concurrent_sessions_vs_tp": round(aff["concurrent_sessions"] / max(1, tp["concurrent_sessions"]), 2),
         "sessions_held_mean_vs_tp": round(aff["sessions_held_mean"] / max(1e-9, tp["sessions_held_mean"]), 2),

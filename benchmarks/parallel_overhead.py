@@ -142,7 +142,8 @@ def main(argv=None) -> int:
                     help="TP=2's bf16 partial sums kept and reduced in fp32 (default) or in the model dtype")
     ap.add_argument("--dp-attention", action="store_true", help="DP=2 (DP attention) instead of TP=2")
     ap.add_argument("--dp-extras", choices=["split", "replicated"], default="split",
-                    help="with --dp-attention: embedding, head, dense and shared MLPs split over the ranks or replicated")
+                    help="with --dp-attention: embedding, head, dense and shared MLPs split over the ranks or "
+                    "replicated")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     two_name = "dp2" if args.dp_attention else "tp2"

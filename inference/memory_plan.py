@@ -120,8 +120,8 @@ class MemoryPlan:
             lines += [
                 f"  {names.get(d.extras, d.extras)}",
                 f"    weights per rank  {g(d.weights_bytes_per_rank)}",
-                f"    KV tokens         {d.kv_tokens_per_rank:,} per rank, {d.kv_tokens_per_node:,} on the {self.gpus} GPUs "
-                f"({d.kv_tokens_per_node / max(1, tp_tokens):.2f}x TP{self.tp}'s {tp_tokens:,})",
+                f"    KV tokens         {d.kv_tokens_per_rank:,} per rank, {d.kv_tokens_per_node:,} on the "
+                f"{self.gpus} GPUs ({d.kv_tokens_per_node / max(1, tp_tokens):.2f}x TP{self.tp}'s {tp_tokens:,})",
                 f"    100K sessions     {d.sessions_100k} at once ({d.sessions_100k // self.gpus} whole sessions per "
                 f"rank), vs {self.sessions_100k} with TP{self.tp}",
             ]

@@ -87,8 +87,9 @@ def test_dp_attention_layouts_next_to_tp():
 
 def test_a_dp_layout_that_would_cut_fp8_blocks_is_refused_by_name():
     """DP32 with split extras: the shared expert's 2048 rows / 32 = 64 cut the 128-row blocks."""
-    with pytest.raises(ValueError, match=r"DP32 with split extras cannot keep the weights in FP8: "
-                                         r"model.layers.\*.mlp.shared_experts.gate_proj.weight: rank 0's rows \[0, 64\)"):
+    message = (r"DP32 with split extras cannot keep the weights in FP8: "
+               r"model.layers.\*.mlp.shared_experts.gate_proj.weight: rank 0's rows \[0, 64\)")
+    with pytest.raises(ValueError, match=message):
         plan(ModelConfig.from_pretrained(CONFIG), 32, parse_bytes("141GiB"), tp=8, dp_attention=True)
 
 

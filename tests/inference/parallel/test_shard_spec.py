@@ -50,7 +50,8 @@ def test_shards_reassemble_every_tensor(preset, tp, ep):
         assert len(holders) == (tp // ep if expert else tp)
 
 
-EXTRAS = re.compile(r"^(model\.embed_tokens\.weight|lm_head\.weight)$|\.mlp\.(shared_experts\.)?(gate|up|down)_proj\.weight$")
+EXTRAS = re.compile(r"^(model\.embed_tokens\.weight|lm_head\.weight)$"
+                    r"|\.mlp\.(shared_experts\.)?(gate|up|down)_proj\.weight$")
 
 
 @pytest.mark.parametrize("split_extras", [True, False])
@@ -71,8 +72,8 @@ def test_dp_attention_splits_experts_and_only_the_extras_it_is_asked_to(split_ex
         dim = specs[0].dim
         whole = torch.cat([s.read(full, tuple(full.shape)) for s in specs], dim=dim).narrow(dim, 0, full.shape[dim])
         assert torch.equal(whole, full), name
-    assert extras == (2 + 3 * config.first_k_dense_replace + 3 * (config.num_hidden_layers + config.num_mtp_layers
-                                                                  - config.first_k_dense_replace) if split_extras else 0)
+    moe_layers = config.num_hidden_layers + config.num_mtp_layers - config.first_k_dense_replace
+    assert extras == (2 + 3 * config.first_k_dense_replace + 3 * moe_layers if split_extras else 0)
 
 
 def test_each_expert_has_one_ep_group():
