@@ -12,9 +12,12 @@ node, through the engine's own scheduler, radix cache and host tier (agent_cache
 
 Budgets come from the memory plan, not from a knob: `horizon model plan glm-5.3 --gpu-memory
 143771MiB --dp-attention` (H200s as nvidia-smi reports them, memory fraction 0.9, FP8 KV) gives
-TP8 601,056 KV tokens per rank (= per node) and DP8 + EP8 256,101 per rank (2,048,808 per node,
-3.41x). Both are multiplied by one common factor, the trace's token scale (--scale 0.1 turns a
-12K->80K-token session into 1.2K->8K, so the node shrinks with it), and DP's node total is split
+TP8 601,056 KV tokens per rank (= per node) and DP8 + EP8, in the layout the engine serves by
+default (--dp-extras split: embedding, LM head, dense and shared MLPs split over the ranks),
+373,703 per rank (2,989,624 per node, 4.97x); with those replicated (--dp-extras replicated)
+256,101 per rank (2,048,808, 3.41x). Both are multiplied by one common factor, the trace's token
+scale (--scale 0.1 turns a 12K->80K-token session into 1.2K->8K, so the node shrinks with it),
+and DP's node total is split
 evenly over the N ranks. The host tier is the same for every policy: --host-memory of node RAM
 (default 1 TiB, half a DGX H200's) in KV tokens, scaled alike: one tier under TP, 1/N per DP rank.
 A DP rank's per-step token and request limits are the node's divided by N, as SGLang divides
@@ -22,7 +25,8 @@ A DP rank's per-step token and request limits are the node's divided by N, as SG
 
 Trace: --dp-load L offers L x the DP node's KV in live context: concurrency = L x DP node tokens /
 the mean context of a live session (time-weighted over tool calls), 2 x concurrency sessions. The
-default 1.5 offers TP about 5x what it holds and DP 1.5x, so capacity decides residency under both.
+default 1.5 offers TP about 7.5x what it holds (5x with replicated extras) and DP 1.5x, so capacity
+decides residency under both.
 The fleet is already at work when the replay starts: the first wave joins mid-session (a random
 number of its turns folded into its first prompt). Starting from an idle node instead, the first
 minute would see a wave of brand-new short sessions that TP holds almost all of, and the peak would
@@ -39,15 +43,17 @@ a session's second half), recomputed tokens and hit rates (device + host).
 
 Step time: a decode step costs the same under both layouts. Prefill and restores cost what the
 cost model says for the TP node; DP ranks run in lockstep (they meet in every MoE layer), so a
-step lasts as long as its slowest rank's: each rank's attention-side work (attention, dense and
-shared MLPs, head: ATTENTION_SHARE of a token's FLOPs) runs on one GPU, at 1/N of the node's rate,
-while the routed experts serve the node's tokens on every GPU at the node's rate. Each rank
-restores over its own host link, as each TP rank does.
+step lasts as long as its slowest rank's: each rank's own work (attention, and with replicated
+extras the dense and shared MLPs and the head: `attention_share` of a token's FLOPs) runs on one
+GPU, at 1/N of the node's rate, while the routed experts (and split extras) serve the node's
+tokens on every GPU at the node's rate. Each rank restores over its own host link, as each TP
+rank does.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import random
@@ -63,10 +69,19 @@ from inference.engine.scheduler import ScheduledBatch  # noqa: E402
 
 GLM53_CONFIG = REPO / "inference" / "configs" / "glm-5.3-fp8.json"
 PLAN_GPUS = 8
-# NOTE: GLM-5.3's active parameters per token outside the routed experts (attention 12.9B, dense
-# and shared MLPs 3.5B, head 1B) plus the sparse attention core (~11B-equivalent at 2,048 top-k
-# keys) against 23B in the 8 routed experts: about half of a prefill token's FLOPs.
-ATTENTION_SHARE = 0.5
+# NOTE: GLM-5.3's active parameters per token (billions): attention projections 12.9, the sparse
+# attention core ~11 (its FLOPs at 2,048 top-k keys), dense and shared MLPs 3.5, head 1, the 8
+# routed experts 23. A DP rank runs attention alone on its own tokens; split extras run on every
+# rank's tokens like the routed experts, replicated ones on the rank's own.
+_ATTENTION, _EXTRAS, _EXPERTS = 12.9 + 11, 3.5 + 1, 23
+
+
+def attention_share(extras: str) -> float:
+    """The part of a prefill token's FLOPs that a DP rank runs alone, on its own GPU."""
+    own = _ATTENTION + (_EXTRAS if extras == "replicated" else 0)
+    return own / (_ATTENTION + _EXTRAS + _EXPERTS)
+
+
 QUICK_LOAD = 0.5
 
 
@@ -76,6 +91,7 @@ class NodeBudgets:
 
     scale: float
     ranks: int
+    extras: str  # the DP layout's extras: "split" (the engine's default) or "replicated"
     tp_device: int
     tp_host: int
     dp_device_per_rank: int
@@ -89,36 +105,45 @@ class NodeBudgets:
 
 
 def node_budgets(scale: float, ranks: int, page_size: int, gpu_memory: str = "143771MiB",
-                 host_memory: str = "1TiB") -> NodeBudgets:
-    """Scale GLM-5.3's 8xH200 plan (TP8 vs DP8 + EP8) down to the trace by its token scale."""
-    from inference.config import ModelConfig
-    from inference.memory_plan import parse_bytes, plan
+                 host_memory: str = "1TiB", extras: str = "split") -> NodeBudgets:
+    """Scale GLM-5.3's 8xH200 plan (TP8 vs DP8 + EP8 with `extras`) down to the trace by its token scale."""
+    from inference.memory_plan import parse_bytes
 
     if ranks < 1:
         raise ValueError(f"--dp {ranks}: expected at least 1 rank")
     if not 0 < scale <= 1:
         raise ValueError(f"--scale {scale}: expected a token scale in (0, 1]")
-    p = plan(ModelConfig.from_pretrained(GLM53_CONFIG), PLAN_GPUS, parse_bytes(gpu_memory), dp_attention=True)
+    p = _glm53_plan(parse_bytes(gpu_memory))
+    dp_node = p.dp_layout(extras).kv_tokens_per_node
     host = parse_bytes(host_memory) // p.kv_bytes_per_token
 
     def pages(tokens: float) -> int:
         return int(tokens) // page_size * page_size
 
-    return NodeBudgets(scale, ranks, pages(scale * p.kv_tokens), pages(scale * host),
-                       pages(scale * p.dp_kv_tokens_per_node / ranks), pages(scale * host / ranks),
-                       p.kv_tokens, p.dp_kv_tokens_per_node)
+    return NodeBudgets(scale, ranks, extras, pages(scale * p.kv_tokens), pages(scale * host),
+                       pages(scale * dp_node / ranks), pages(scale * host / ranks), p.kv_tokens, dp_node)
+
+
+@functools.lru_cache(maxsize=4)
+def _glm53_plan(gpu_memory_bytes: int):
+    """GLM-5.3 on 8 GPUs, TP8 and both DP layouts (one plan serves either --dp-extras)."""
+    from inference.config import ModelConfig
+    from inference.memory_plan import plan
+
+    return plan(ModelConfig.from_pretrained(GLM53_CONFIG), PLAN_GPUS, gpu_memory_bytes, dp_attention=True)
 
 
 class DPNode:
     """N data-parallel attention ranks of one node, as agent_cache.replay drives them."""
 
     def __init__(self, sessions: list[dict], ranks: int, device_tokens: int, host_tokens: int, page_size: int,
-                 ttl_s: float, cost: CostModel, affinity: bool, seed: int = 0):
+                 ttl_s: float, cost: CostModel, affinity: bool, seed: int = 0, extras: str = "split"):
         self.sessions = sessions
         self.page_size = page_size
         self.now = [0.0]
         self.pools = [Rank(device_tokens, host_tokens, page_size, ttl_s, self.now, ranks) for _ in range(ranks)]
         self.cost = cost
+        self.own_share = attention_share(extras)
         self.affinity = affinity
         self.rng = random.Random(seed)
         self.home: dict[int, int] = {}  # session -> its rank (affinity)
@@ -157,7 +182,7 @@ class DPNode:
         prefill = [prefill_tokens(b) for b in batches]
         # Prefill at node-rate equivalents: the slowest rank's attention side on one GPU (n x
         # slower than the node), the experts over all of the node's tokens.
-        equivalent = ATTENTION_SHARE * n * max(prefill) + (1 - ATTENTION_SHARE) * sum(prefill)
+        equivalent = self.own_share * n * max(prefill) + (1 - self.own_share) * sum(prefill)
         restored = max(b.restored_pages for b in batches) * self.page_size
         return self.cost.step(0, restored) + equivalent / self.cost.prefill_tok_s
 
@@ -226,7 +251,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dp", type=int, default=0, help="compare TP (tp-replicated) with N DP-attention ranks "
                    "(dp-affinity, dp-random) instead; the trace is sized by --dp-load unless --trace is given")
     p.add_argument("--dp-load", type=float, default=1.5,
-                   help="with --dp: live context offered, as a multiple of the DP node's KV (TP holds 1/3.5 of it)")
+                   help="with --dp: live context offered, as a multiple of the DP node's KV (TP holds 1/5 of it)")
+    p.add_argument("--dp-extras", choices=["split", "replicated"], default="split",
+                   help="with --dp: the DP layout's embedding, head, dense and shared MLPs: split over the ranks "
+                   "(the engine's default) or replicated (less KV per rank)")
     p.add_argument("--gpu-memory", default="143771MiB", help="with --dp: memory per GPU for the GLM-5.3 plan "
                    "(an H200 as nvidia-smi reports it)")
     p.add_argument("--host-memory", default="1TiB", help="with --dp: node RAM for the host KV tier (all policies)")
@@ -235,7 +263,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(a: argparse.Namespace, traces, sessions: list[dict] | None) -> int:
     """The three rows and a comparison line. sessions: a --trace file's, or None to size one."""
     try:
-        budgets = node_budgets(a.scale, a.dp, a.page_size, a.gpu_memory, a.host_memory)
+        budgets = node_budgets(a.scale, a.dp, a.page_size, a.gpu_memory, a.host_memory, a.dp_extras)
         # A page of slack: a turn's last page may be a private copy of a cached partial page.
         limit = budgets.dp_device_per_rank - a.page_size
         if sessions is None:
@@ -256,14 +284,15 @@ def run(a: argparse.Namespace, traces, sessions: list[dict] | None) -> int:
     }
     for policy, affinity in (("dp-affinity", True), ("dp-random", False)):
         node = DPNode(sessions, a.dp, budgets.dp_device_per_rank, budgets.dp_host_per_rank, a.page_size, a.ttl, cost,
-                      affinity, a.seed)
+                      affinity, a.seed, a.dp_extras)
         rows[policy] = replay(sessions, policy, node)
         rows[policy]["max_ranks_per_session"] = max(len(r) for r in node.turn_ranks.values())
     for r in rows.values():
         print(json.dumps(r), flush=True)
     tp, aff, rnd = rows["tp-replicated"], rows["dp-affinity"], rows["dp-random"]
     print(json.dumps({"dp_comparison": {
-        "ranks": a.dp, "capacity_ratio": round(aff["capacity_tokens"] / tp["capacity_tokens"], 2),
+        "ranks": a.dp, "dp_extras": a.dp_extras,
+        "capacity_ratio": round(aff["capacity_tokens"] / tp["capacity_tokens"], 2),
         "dp_affinity_hit_rate": aff["hit_rate"], "dp_random_hit_rate": rnd["hit_rate"], "tp_hit_rate": tp["hit_rate"],
         "concurrent_sessions_vs_tp": round(aff["concurrent_sessions"] / max(1, tp["concurrent_sessions"]), 2),
         "sessions_held_mean_vs_tp": round(aff["sessions_held_mean"] / max(1e-9, tp["sessions_held_mean"]), 2),

@@ -16,13 +16,17 @@ model's partial sums reduced in fp32, or 2 B with --reduce-dtype model; plus the
 bf16 and the logits gather).
 
 DP attention (--dp-attention): each rank runs its own requests (a batch-1 phase leaves rank 1
-idle: it only serves its experts), and per MoE layer the ranks' tokens are all-gathered and the
-sums reduce-scattered back; the step command carries the token counts, so there is no other
-collective but the logits gather. GLM-5.3 bytes: 75 MoE layers x (tokens of the busiest rank x
-6144 x 2 B gathered in, x 2 ranks reduce-scattered out), plus the full-vocab logits gather.
+idle: it serves its experts and slices), and per MoE layer the ranks' tokens are all-gathered and
+the sums reduce-scattered back; the step command carries the token counts and ids, so no other
+collective sizes anything. With the default split extras (--dp-extras split) the embedding adds a
+reduce-scatter, each dense layer an all-gather and a reduce-scatter, and the LM head an all-gather
+of the logit rows before its gather of vocab slices to rank 0; with replicated extras the logits
+are gathered whole instead. GLM-5.3 bytes (`real_dp_bytes_per_step`, the payload rank 0 passes to
+its collectives, at the measured step's per-rank token and logit-row counts over --dp ranks).
 
     python benchmarks/parallel_overhead.py                  # small preset, TP=2
-    python benchmarks/parallel_overhead.py --dp-attention   # small preset, DP=2
+    python benchmarks/parallel_overhead.py --dp-attention   # small preset, DP=2, split extras
+    python benchmarks/parallel_overhead.py --dp-attention --dp-extras replicated
     python benchmarks/parallel_overhead.py --quick          # tiny preset, a few tokens (CI)
     python benchmarks/parallel_overhead.py --quick --dtype bfloat16 [--reduce-dtype model]
                                                             # bf16: partial sums reduced in fp32 (2x bytes) or bf16
@@ -44,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from inference.engine import Engine, EngineConfig, GenerateRequest, SamplingParams  # noqa: E402
 from inference.random_checkpoint import write_random_checkpoint  # noqa: E402
 
-REAL = dict(layers=78, moe_layers=75, hidden=6144, vocab=154880, bytes=2)
+REAL = dict(layers=78, moe_layers=75, dense_layers=3, hidden=6144, vocab=154880, bytes=2)
 
 
 def real_bytes_per_step(tokens: int, logit_rows: int, reduce_fp32: bool = True) -> int:
@@ -56,10 +60,25 @@ def real_bytes_per_step(tokens: int, logit_rows: int, reduce_fp32: bool = True) 
     return all_reduce + gather
 
 
-def real_dp_bytes_per_step(busiest: int, logit_rows: int, ranks: int = 2) -> int:
-    """DP attention: the MoE exchanges (padded to the busiest rank's tokens) + the logits gather."""
-    exchange = REAL["moe_layers"] * (1 + ranks) * busiest * REAL["hidden"] * REAL["bytes"]
-    return exchange + logit_rows * REAL["vocab"] * REAL["bytes"]
+def real_dp_bytes_per_step(busiest: int, logit_rows: int, ranks: int = 2, reduce_fp32: bool = True,
+                           split_extras: bool = True) -> int:
+    """DP attention, one GLM-5.3 target forward (bf16 activations): the payload one rank passes to
+    its collectives. busiest / logit_rows: the largest rank's tokens and logit rows (every rank's
+    block is padded to them). Each exchanging layer all-gathers [busiest, H] in bf16 and
+    reduce-scatters [ranks x busiest, H] partial sums (fp32 unless reduced in the model dtype).
+    Replicated extras: the MoE layers exchange, the logits [logit_rows, V] are gathered whole.
+    Split extras: the dense layers exchange too, the embedding reduce-scatters [ranks x busiest, H]
+    in bf16 (exact: one non-zero addend per row), the head all-gathers its [logit_rows, H] rows and
+    gathers [ranks x logit_rows, V / ranks] vocab slices."""
+    h, b = REAL["hidden"], REAL["bytes"]
+    partial = 4 if reduce_fp32 else b
+    layer = busiest * h * b + ranks * busiest * h * partial
+    if not split_extras:
+        return REAL["moe_layers"] * layer + logit_rows * REAL["vocab"] * b
+    per = -(-REAL["vocab"] // ranks)
+    embed = ranks * busiest * h * b
+    head = logit_rows * h * b + ranks * logit_rows * per * b
+    return embed + (REAL["moe_layers"] + REAL["dense_layers"]) * layer + head
 
 
 def _requests(batch: int, length: int, new: int, vocab: int) -> list[GenerateRequest]:
@@ -122,6 +141,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reduce-dtype", choices=["float32", "model"], default="float32",
                     help="TP=2's bf16 partial sums kept and reduced in fp32 (default) or in the model dtype")
     ap.add_argument("--dp-attention", action="store_true", help="DP=2 (DP attention) instead of TP=2")
+    ap.add_argument("--dp-extras", choices=["split", "replicated"], default="split",
+                    help="with --dp-attention: embedding, head, dense and shared MLPs split over the ranks or "
+                    "replicated")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     two_name = "dp2" if args.dp_attention else "tp2"
@@ -137,6 +159,8 @@ def main(argv=None) -> int:
         torch.set_num_threads(1)
         parallel = {"tensor_parallel_size": 2, "threads_per_rank": 1, "attention_dp": args.dp_attention,
                     "reduce_dtype": args.reduce_dtype}
+        if args.dp_attention:
+            parallel["dp_extras"] = args.dp_extras
         two = Engine(ckpt, EngineConfig(**base, parallel=parallel))
         try:
             r2 = measure(two, prompt, args.batch, new, reps)
@@ -146,10 +170,15 @@ def main(argv=None) -> int:
     for phase in r1:
         a, b = r1[phase], r2[phase]
         logit_rows = 1 if phase == "prefill" else b["tokens"]
-        glm53 = (real_dp_bytes_per_step(-(-b["tokens"] // 2) if phase != "prefill" else b["tokens"], logit_rows)
-                 if args.dp_attention else real_bytes_per_step(b["tokens"], logit_rows, args.reduce_dtype == "float32"))
+        reduce_fp32 = args.reduce_dtype == "float32"
+        if args.dp_attention:  # decode batches spread over both ranks; a batch-1 phase runs on one
+            per_rank = -(-b["tokens"] // 2) if phase != "prefill" else b["tokens"]
+            glm53 = real_dp_bytes_per_step(per_rank, -(-logit_rows // 2), 2, reduce_fp32, args.dp_extras == "split")
+        else:
+            glm53 = real_bytes_per_step(b["tokens"], logit_rows, reduce_fp32)
         rows.append({
             "phase": phase, "preset": preset, "dtype": args.dtype, "reduce_dtype": args.reduce_dtype,
+            "dp_extras": args.dp_extras if args.dp_attention else None,
             "tp1_s": a["seconds_per_step"], f"{two_name}_s": b["seconds_per_step"],
             f"{two_name}_over_tp1": b["seconds_per_step"] / a["seconds_per_step"],
             "collectives_per_step": b["per_step"]["calls"], "bytes_per_step": b["per_step"]["bytes"],

@@ -46,6 +46,9 @@ def register(subparsers) -> None:
                    help="data-parallel attention over the --tp ranks: each rank runs all heads over its own sequences "
                         "and KV pages (sessions stay on one rank), only the routed experts are split")
     p.add_argument("--dp", type=int, default=None, help="N ranks with data-parallel attention: --tp N --dp-attention")
+    p.add_argument("--dp-extras", choices=["split", "replicated"], default="split",
+                   help="with DP attention: the embedding, LM head, dense MLPs and shared expert split over the ranks "
+                        "(default; their tokens exchanged, more KV per rank) or replicated on each")
     p.add_argument("--dist-backend", choices=["auto", "gloo", "nccl"], default="auto")
     p.add_argument("--dist-timeout", type=float, default=120.0,
                    help="seconds a collective may wait before a hung or dead rank fails the server")
@@ -78,7 +81,8 @@ def _serve(args: argparse.Namespace) -> int:
     if isinstance(ranks, str):
         print(f"horizon serve: {ranks}", file=sys.stderr)
         return 2
-    parallel = {"tensor_parallel_size": ranks[0], "attention_dp": ranks[1], "expert_parallel_size": args.ep,
+    parallel = {"tensor_parallel_size": ranks[0], "attention_dp": ranks[1], "dp_extras": args.dp_extras,
+                "expert_parallel_size": args.ep,
                 "backend": args.dist_backend, "timeout_s": args.dist_timeout,
                 "reduce_dtype": args.reduce_dtype}
     try:

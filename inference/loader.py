@@ -158,8 +158,10 @@ def load_model(
         if weight_format != "dequant":
             cuts = fp8_block_misalignments(config, parallel, block)
             if cuts:
-                raise CheckpointError(f"weight_format={weight_format!r} with {parallel.world} ranks: " + "; ".join(cuts)
-                                      + " (choose another tensor-parallel size, or weight_format='dequant')")
+                layout = ("DP attention with split extras" if parallel.dp_split_extras else "tensor parallelism")
+                other = "dp_extras='replicated'" if parallel.dp_split_extras else "another tensor-parallel size"
+                raise CheckpointError(f"weight_format={weight_format!r} with {layout} over {parallel.world} ranks: "
+                                      + "; ".join(cuts) + f" (choose {other}, or weight_format='dequant')")
             fp8 = {n for n in shards.files if n + "_scale_inv" in shards.files}
             make_fp8_resident(model, config, block, weight_format, fp8.__contains__)
     meta = model.state_dict()

@@ -11,7 +11,10 @@ e4m3 values plus fp32 128×128 block scales for the quantized projections and ex
 KV budget per rank = GPU memory × fraction − weights − a runtime reserve (activations, the
 absorbed attention's bf16 kv_b copy, NCCL and top-k buffers, CUDA graphs). Under tensor
 parallelism every rank holds every sequence's latent cache (MLA has one latent head), so the
-node holds what one rank holds. ../shared/docs/scaleout.md §3 has the same arithmetic by hand.
+node holds what one rank holds. Under DP attention each rank holds its own sequences (node =
+ranks × rank), in two layouts of the extras (embedding, LM head, dense and shared MLPs): split
+over the ranks (the engine's default) or replicated. ../shared/docs/scaleout.md §3 has the same
+arithmetic by hand.
 """
 
 from __future__ import annotations
@@ -48,6 +51,19 @@ def parse_bytes(text: str) -> int:
 
 
 @dataclass(frozen=True)
+class DPLayout:
+    """DP attention + EP over every GPU, one layout of the extras. A session's KV lives on one
+    rank, so sessions are counted whole per rank."""
+
+    extras: str  # "split" (embed/head by vocab, dense/shared MLPs by intermediate size) or "replicated"
+    weights_bytes_per_rank: int
+    reserve_bytes: int
+    kv_tokens_per_rank: int
+    kv_tokens_per_node: int  # every rank of the plan's GPUs (one node for GLM-5.3 on 8xH200)
+    sessions_100k: int
+
+
+@dataclass(frozen=True)
 class MemoryPlan:
     layout: str
     gpus: int
@@ -65,15 +81,19 @@ class MemoryPlan:
     kv_bytes_per_rank: int
     kv_tokens: int  # per rank, and per node under TP (every rank holds every sequence)
     sessions_100k: int
-    # DP-attention + EP on the same GPUs (each rank owns whole sequences: node KV = ranks x rank KV)
-    dp_weights_bytes_per_rank: int | None = None
-    dp_kv_tokens_per_rank: int | None = None
-    dp_kv_tokens_per_node: int | None = None
-    dp_sessions_100k: int | None = None
-    dp_reserve_bytes: int | None = None
+    # DP-attention + EP on the same GPUs (each rank owns whole sequences: node KV = ranks x rank KV),
+    # split extras first (the engine's default), then replicated; empty unless asked for.
+    dp_layouts: tuple[DPLayout, ...] = ()
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def dp_layout(self, extras: str = "split") -> DPLayout:
+        for layout in self.dp_layouts:
+            if layout.extras == extras:
+                return layout
+        raise KeyError(f"no DP-attention layout with {extras!r} extras in this plan (planned: "
+                       f"{[d.extras for d in self.dp_layouts]})")
 
     def describe(self) -> str:
         g = lambda b: f"{b / GIB:,.1f} GiB"  # noqa: E731
@@ -86,15 +106,26 @@ class MemoryPlan:
             f"KV per rank       {g(self.kv_bytes_per_rank)} = {self.kv_tokens:,} tokens "
             "(replicated across TP ranks: also the node's total)",
             f"100K sessions     {self.sessions_100k} at once ({SESSION_TOKENS * self.kv_bytes_per_token / GIB:.2f} GiB each)",
-        ] + ([] if self.dp_weights_bytes_per_rank is None else [
-            f"DP-attention + EP{self.gpus}: attention, dense/shared MLPs and embed/head replicated, experts split "
-            f"(reserve {g(self.dp_reserve_bytes)} per rank for the gathered MoE buffers)",
-            f"  weights per rank  {g(self.dp_weights_bytes_per_rank)}",
-            f"  KV tokens         {self.dp_kv_tokens_per_rank:,} per rank, {self.dp_kv_tokens_per_node:,} per node "
-            f"({self.dp_kv_tokens_per_node / max(1, self.kv_tokens):.1f}x TP{self.tp})",
-            f"  100K sessions     {self.dp_sessions_100k} at once (whole sessions per rank: "
-            f"{self.dp_sessions_100k // self.gpus} each), vs {self.sessions_100k} with TP{self.tp}",
-        ]))
+        ] + self._describe_dp(g))
+
+    def _describe_dp(self, g) -> list[str]:
+        if not self.dp_layouts:
+            return []
+        lines = [f"DP-attention + EP{self.gpus}: every head on every rank over its own sessions, experts split, "
+                 f"reserve {g(self.dp_layouts[0].reserve_bytes)} per rank (gathered buffers)"]
+        names = {"split": "extras split (default: embed/head by vocab, dense and shared MLPs by intermediate size)",
+                 "replicated": "extras replicated (embed/head, dense and shared MLPs whole on every rank)"}
+        tp_tokens = self.kv_tokens * (self.gpus // self.tp)  # every TP replica on these GPUs
+        for d in self.dp_layouts:
+            lines += [
+                f"  {names.get(d.extras, d.extras)}",
+                f"    weights per rank  {g(d.weights_bytes_per_rank)}",
+                f"    KV tokens         {d.kv_tokens_per_rank:,} per rank, {d.kv_tokens_per_node:,} on the "
+                f"{self.gpus} GPUs ({d.kv_tokens_per_node / max(1, tp_tokens):.2f}x TP{self.tp}'s {tp_tokens:,})",
+                f"    100K sessions     {d.sessions_100k} at once ({d.sessions_100k // self.gpus} whole sessions per "
+                f"rank), vs {self.sessions_100k} with TP{self.tp}",
+            ]
+        return lines
 
 
 def _param_bytes(name: str, shape: tuple[int, ...], fp8: bool, block: tuple[int, int], itemsize: int) -> int:
@@ -140,8 +171,9 @@ def weight_bytes(shapes: dict[str, tuple[int, ...]], config: ModelConfig, state:
 def plan(config: ModelConfig, gpus: int, gpu_memory_bytes: int, tp: int | None = None, ep: int | None = None,
          kv_cache_dtype: str = "fp8", weight_format: str | None = None, memory_fraction: float = 0.90,
          reserve_bytes: int = 6 * GIB, dp_attention: bool = False, dp_reserve_bytes: int = 8 * GIB) -> MemoryPlan:
-    """dp_attention: also plan DP-attention + EP over all `gpus` (its reserve is larger: every rank
-    holds the MoE inputs gathered from all ranks)."""
+    """dp_attention: also plan DP-attention + EP over all `gpus`, with split and with replicated
+    extras (its reserve is larger: every rank holds the inputs gathered from all ranks). A layout
+    whose FP8 shards would cut a scale block is refused, naming it."""
     tp = tp or gpus
     ep = ep or tp
     if gpus % tp:
@@ -150,10 +182,7 @@ def plan(config: ModelConfig, gpus: int, gpu_memory_bytes: int, tp: int | None =
         raise ValueError(f"memory fraction {memory_fraction}: expected a value in (0, 1]")
     fp8 = (weight_format or ("fp8" if config.weight_block_size else "bf16")) == "fp8"
     if fp8 and tp > 1:
-        block = config.weight_block_size or (128, 128)
-        cuts = [c for r in range(tp) for c in fp8_block_misalignments(config, ParallelState(tp, r, ep), block)]
-        if cuts:
-            raise ValueError(f"TP{tp}/EP{ep} cannot keep the weights in FP8: " + "; ".join(cuts[:3]))
+        _refuse_cut_blocks(config, f"TP{tp}/EP{ep}", lambda r: ParallelState(tp, r, ep))
     shapes = model_shapes(config)
     params = sum(math.prod(s) for s in shapes.values())
     whole = weight_bytes(shapes, config, ParallelState.single(), fp8)
@@ -162,16 +191,29 @@ def plan(config: ModelConfig, gpus: int, gpu_memory_bytes: int, tp: int | None =
     kv_rank = max(0, int(gpu_memory_bytes * memory_fraction) - per_rank - reserve_bytes)
     tokens = kv_rank // kv_token
     layout = f"TP{tp}" + (f" + EP{ep}" if ep > 1 else "") + (f" × {gpus // tp} replicas" if gpus > tp else "")
-    dp = {}
-    if dp_attention:
-        # SGLang --enable-dp-attention, vLLM --data-parallel-size N --enable-expert-parallel: the
-        # routed experts split over every GPU, everything else replicated.
-        dp_weights = weight_bytes(shapes, config, ParallelState(gpus, 0, gpus, attention_dp=True), fp8)
+    dp = []
+    for extras in ("split", "replicated") if dp_attention else ():
+        # SGLang --enable-dp-attention (with --enable-dp-lm-head and moe_dense_tp_size for split
+        # extras), vLLM --data-parallel-size N --enable-expert-parallel: the routed experts split
+        # over every GPU, the attention replicated.
+        state = lambda r: ParallelState(gpus, r, gpus, attention_dp=True, split_extras=extras == "split")  # noqa: E731
+        if fp8:
+            _refuse_cut_blocks(config, f"DP{gpus} with {extras} extras", state)
+        dp_weights = weight_bytes(shapes, config, state(0), fp8)
         dp_tokens = max(0, int(gpu_memory_bytes * memory_fraction) - dp_weights - dp_reserve_bytes) // kv_token
         # A session lives on one rank (its KV pages are that rank's): whole sessions per rank.
-        dp = dict(dp_weights_bytes_per_rank=dp_weights, dp_kv_tokens_per_rank=dp_tokens,
-                  dp_kv_tokens_per_node=dp_tokens * gpus, dp_sessions_100k=dp_tokens // SESSION_TOKENS * gpus,
-                  dp_reserve_bytes=dp_reserve_bytes)
+        dp.append(DPLayout(extras, dp_weights, dp_reserve_bytes, dp_tokens, dp_tokens * gpus,
+                           dp_tokens // SESSION_TOKENS * gpus))
     return MemoryPlan(layout, gpus, tp, ep, gpu_memory_bytes, memory_fraction, reserve_bytes,
                       "fp8" if fp8 else "bf16", kv_cache_dtype, params, whole, per_rank, kv_token, kv_rank,
-                      tokens, tokens // SESSION_TOKENS * (gpus // tp), **dp)
+                      tokens, tokens // SESSION_TOKENS * (gpus // tp), tuple(dp))
+
+
+def _refuse_cut_blocks(config: ModelConfig, name: str, state_of) -> None:
+    """FP8-resident weights keep whole 128x128 scale blocks: a layout whose shards would cut one
+    is refused, naming the layout and the tensors."""
+    block = config.weight_block_size or (128, 128)
+    ranks = state_of(0).world
+    cuts = [c for r in range(ranks) for c in fp8_block_misalignments(config, state_of(r), block)]
+    if cuts:
+        raise ValueError(f"{name} cannot keep the weights in FP8: " + "; ".join(cuts[:3]))

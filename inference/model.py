@@ -10,7 +10,8 @@ follow it, for the same tokens of the same step.
 
 Tensor/expert parallelism (`parallel`, inference/parallel/): the same code on every rank over its
 shards; the embedding and LM head are vocab-parallel and only the leader gets logits (None on
-followers, which never sample).
+followers, which never sample). DP attention (parallel/dp_attention.py): each rank runs its own
+sequences; with split extras (parallel/dp_extras.py) the leader gets every rank's logit rows.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from inference.layers.indexer import TopkSelection
 from inference.layers.mtp import MTPLayer
 from inference.layers.norm import RMSNorm
 from inference.layers.rope import RopeTables, inverse_frequencies
+from inference.parallel.dp_extras import DPLMHead, DPVocabEmbedding
 from inference.parallel.state import ParallelState
 from inference.parallel.vocab import ParallelLMHead, VocabParallelEmbedding
 
@@ -37,7 +39,9 @@ from inference.parallel.vocab import ParallelLMHead, VocabParallelEmbedding
 @dataclass
 class ModelOutput:
     hidden_states: torch.Tensor  # [M, H] for batch.logits_indices (target: after model.norm)
-    logits: torch.Tensor | None  # [M, vocab]; None on a tensor-parallel follower (only the leader samples)
+    # [M, vocab]; None on a tensor-parallel follower (only the leader samples). DP attention with
+    # split extras: on the leader every rank's logit rows, rank after rank; None elsewhere.
+    logits: torch.Tensor | None
     all_hidden_states: torch.Tensor | None = None  # [N, H] when asked for (MTP prefill needs every row)
     # mtp_forward: each sequence's selection at its last row, for later draft steps to reuse
     # (index_share_for_mtp_iteration; pick sequences with `sequences_of`). None: all keys visible.
@@ -77,6 +81,8 @@ class Glm5Model(nn.Module):
         super().__init__()
         if parallel.tp > 1:
             self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, parallel)
+        elif parallel.dp_split_extras:
+            self.embed_tokens = DPVocabEmbedding(config.vocab_size, config.hidden_size, parallel)
         else:
             self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         layers: list[nn.Module] = [DecoderLayer(config, i, parallel) for i in range(config.num_hidden_layers)]
@@ -96,6 +102,8 @@ class Glm5ForCausalLM(nn.Module):
         self.model = Glm5Model(config, self.parallel)
         if self.parallel.tp > 1:
             self.lm_head = ParallelLMHead(config.hidden_size, config.vocab_size, self.parallel)
+        elif self.parallel.dp_split_extras:
+            self.lm_head = DPLMHead(config.hidden_size, config.vocab_size, self.parallel)
         else:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         # "auto" picks absorbed MLA for short per-sequence chunks (decode) and expanded otherwise.
@@ -186,21 +194,29 @@ class Glm5ForCausalLM(nn.Module):
         return picked, self.lm_head(picked), (h if return_all_hidden else None)
 
     @torch.inference_mode()
-    def idle_forward(self, mtp: bool = False) -> None:
-        """DP attention: this rank has no tokens this step but still joins every MoE layer's token
-        exchange (its experts serve the other ranks' tokens), of the target stack or the MTP layer."""
+    def idle_forward(self, mtp: bool = False) -> torch.Tensor | None:
+        """DP attention: this rank has no tokens this step but still joins every exchange of the
+        target stack or the MTP layer: each MoE layer's (its experts serve the other ranks' tokens)
+        and, with split extras, the embedding's, the dense MLPs' and the LM head's. Returns the LM
+        head's output there (on the leader, every rank's logit rows), else None."""
         dp = self.parallel.dp
         dp.begin(0, self.device)
         layers = self.model.layers[self.config.num_hidden_layers:] if mtp else self.model.layers[: self.config.num_hidden_layers]
         empty = torch.empty(0, self.config.hidden_size, dtype=self.dtype, device=self.device)
+        split = self.parallel.dp_split_extras
+        if split:
+            self.model.embed_tokens(torch.empty(0, dtype=torch.long, device=self.device))
         for layer in layers:
             if hasattr(layer.mlp, "gate"):  # MoE
                 layer.mlp(empty, self._kernels(empty))
+            elif split:  # a dense MLP split over the ranks
+                layer.mlp(empty)
+        return self.lm_head(empty) if split else None
 
     @torch.inference_mode()
     def forward_batch(self, batch: ForwardBatch, cache: PagedKVCache, return_all_hidden: bool = False) -> ModelOutput:
         if self.parallel.dp is not None:
-            self.parallel.dp.begin(batch.num_tokens, self.device)
+            self.parallel.dp.begin(batch.num_tokens, self.device, batch.logits_indices.numel())
         meta, rope = self._prepare(batch, cache)
         stack = self._layer_stack
         compiler = self._decode_compiler
@@ -230,7 +246,7 @@ class Glm5ForCausalLM(nn.Module):
                 f"prev_hidden: shape {tuple(prev_hidden.shape)}, expected ({batch.num_tokens}, {self.config.hidden_size})"
             )
         if self.parallel.dp is not None:
-            self.parallel.dp.begin(batch.num_tokens, self.device)
+            self.parallel.dp.begin(batch.num_tokens, self.device, batch.logits_indices.numel())
         meta, rope = self._prepare(batch, cache)
         mtp: MTPLayer = self.model.layers[self.config.num_hidden_layers]
         u = mtp.combine(self.model.embed_tokens(batch.input_ids), prev_hidden.to(self.dtype))
@@ -264,4 +280,4 @@ class Glm5ForCausalLM(nn.Module):
             logits_indices=torch.arange(b * t, device=dev),
         )
         logits = self.forward_batch(batch, cache).logits
-        return None if logits is None else logits.view(b, t, -1)
+        return None if logits is None else logits[: b * t].view(b, t, -1)  # (DP split extras: rank 0's rows first)

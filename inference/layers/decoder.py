@@ -19,6 +19,7 @@ from inference.layers.moe import MoE
 from inference.layers.norm import RMSNorm
 from inference.layers.rope import RopeTables
 from inference.parallel.comm import SingleComm
+from inference.parallel.dp_extras import DPDenseMLP
 from inference.parallel.partial_sums import accumulate_dtype, all_reduce_partial
 from inference.parallel.state import ParallelState
 
@@ -28,7 +29,8 @@ class DecoderLayer(nn.Module):
         super().__init__()
         parallel = parallel or ParallelState.single()
         self.layer = layer
-        # Partial sums only under tensor parallelism; DP attention's MoE exchanges its tokens itself.
+        # Partial sums only under tensor parallelism; under DP attention the MoE (and a split dense
+        # MLP) exchanges its tokens itself and returns whole sums.
         self.comm = parallel.comm if parallel.tp > 1 else SingleComm()
         self.reduce_fp32 = parallel.reduce_fp32
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -38,7 +40,10 @@ class DecoderLayer(nn.Module):
             self.mlp = MoE(config, parallel)
         else:
             inter = parallel.split(config.intermediate_size, "intermediate_size")[1]
-            self.mlp = SwiGLU(config.hidden_size, inter)
+            if parallel.dp_split_extras:  # DP attention: exchanges every rank's rows itself
+                self.mlp = DPDenseMLP(config.hidden_size, inter, parallel)
+            else:
+                self.mlp = SwiGLU(config.hidden_size, inter)
 
     def forward(
         self,

@@ -187,6 +187,7 @@ class MoE(nn.Module):
         self.gate = TopkRouter(config)  # replicated: every rank routes every token the same way
         self.world, self.reduce_fp32 = parallel.world, parallel.reduce_fp32
         self.dp = parallel.dp  # DP attention: the token exchange around the routed experts
+        self.dp_shared_split = parallel.dp_split_extras  # ... and the shared expert's slice (dp_extras.py)
         self.experts = RoutedExperts(config, parallel)
         shared = config.moe_intermediate_size * config.n_shared_experts
         self.shared_experts = SwiGLU(config.hidden_size, parallel.split(shared, "moe_intermediate_size * n_shared_experts")[1])
@@ -203,14 +204,18 @@ class MoE(nn.Module):
         return self.experts(x, ids, weights, kernels, acc) + self.shared_experts(x, acc)
 
     def _dp_forward(self, x: torch.Tensor, kernels: str | None, acc: torch.dtype) -> torch.Tensor:
-        """Every rank's tokens through this rank's experts, the sums back to their owners; the
-        shared expert (replicated) runs on this rank's own tokens."""
+        """Every rank's tokens through this rank's experts, the sums back to their owners. A split
+        shared expert runs its slice on the same gathered rows and its partial joins the routed
+        one's reduce-scatter (one exchange per layer); a replicated one runs on this rank's own tokens."""
         dp = self.dp
         gathered = dp.gather(x)
         ids, weights = self.gate(gathered)
         # Padding rows (zeros) route somewhere too; a zero weight makes their contribution exactly 0.
         weights = weights.masked_fill(dp.pad_rows(x.device).unsqueeze(1), 0.0)
-        routed = dp.scatter(self.experts(gathered, ids, weights, kernels, acc))
+        partial = self.experts(gathered, ids, weights, kernels, acc)
+        if self.dp_shared_split:
+            return dp.scatter(partial + self.shared_experts(gathered, acc))
+        routed = dp.scatter(partial)
         return routed + self.shared_experts(x, acc) if x.shape[0] else routed
 
 

@@ -4,7 +4,8 @@ Under DP attention each rank owns its own sequences and KV pages, so a step comm
 sub-batch per rank (the single-process `TargetStep` / `MtpStep`, with that rank's page ids and
 hidden-state rows) and every rank runs its own part; a rank whose part is None still joins the
 MoE token exchange (`idle_forward`). Because every rank sees every part, every rank knows every
-rank's token count: the exchange's count all-gather is skipped (`DPExchange.preset`). Page and
+rank's token and logit-row counts, and token ids: the exchanges' count all-gather and the split
+embedding's id all-gather are skipped (`DPExchange.preset`). Page and
 host-tier copies touch one rank's caches only (`OnRank`). Plain lists only, as runner_commands.py.
 """
 
@@ -30,6 +31,11 @@ class DPTargetStep:
     def logit_counts(self) -> list[int]:
         return [0 if s is None else len(s.logit_rows) for s in self.steps]
 
+    @property
+    def token_ids(self) -> list[list[int]]:
+        """Every rank's input ids in batch order (the split embedding's exchange needs them all)."""
+        return [[] if s is None else [t for seq in s.tokens for t in seq] for s in self.steps]
+
     @classmethod
     def alone(cls, rank: int, step: TargetStep, world: int) -> "DPTargetStep":
         """`step` on one rank's pages, the others idle (e.g. prompt scoring on the leader's pages)."""
@@ -49,6 +55,10 @@ class DPMtpStep:
     @property
     def logit_counts(self) -> list[int]:
         return [0 if s is None else len(s.spans) for s in self.steps]
+
+    @property
+    def token_ids(self) -> list[list[int]]:
+        return [[] if s is None else [t for span in s.spans for t in span.next_ids] for s in self.steps]
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,11 @@
 Rank r takes part r of a `DPTargetStep` / `DPMtpStep` and runs it exactly as the single-process
 `ModelRunner` would (same batch building, same hidden-state bookkeeping, so `HiddenRef`s and reuse
 rows index this rank's own last passes); with no part it runs `idle_forward`, which still serves
-its experts to the other ranks. The counts every rank needs for the MoE exchange come from the
-command, not from a collective. Afterwards each rank's logits go to the leader, padded to the
-largest part (one gather; none when no rank wants logits), and only the leader samples.
+its experts to the other ranks (and, with split extras, its vocab and MLP slices). The counts
+and token ids every rank needs for the exchanges come from the command, not from a collective.
+Afterwards each rank's logits go to the leader, padded to the largest part (one gather; none when
+no rank wants logits), and only the leader samples; with split extras the vocab-split head has
+gathered them to the leader already.
 
 NOTE: a rank's `_draft_selection` is the selection of its own last MTP pass that ran the indexer
 over a part of its own; an idle pass leaves it alone, so the leader's reuse rows (which only name
@@ -43,12 +45,14 @@ class DPRankRunner(ModelRunner):
         return super().execute(cmd)
 
     def _step(self, cmd: DPTargetStep | DPMtpStep, mine, mtp: bool):
-        self.parallel.dp.preset(cmd.sizes)
+        dp, split = self.parallel.dp, self.parallel.dp_split_extras
+        dp.preset(cmd.sizes, cmd.logit_counts, cmd.token_ids if split else None)
         if mine is None:
-            self.model.idle_forward(mtp=mtp)
-            logits = None
+            logits = self.model.idle_forward(mtp=mtp)
         else:
             logits = (self._own_mtp(mine) if mtp else self._target(mine)).logits
+        if split:  # the vocab-split head gathered every rank's logit rows to the leader already
+            return dp.per_rank(logits) if self.parallel.is_leader else None
         return self._gather_logits(logits, cmd.logit_counts)
 
     def _own_mtp(self, step: MtpStep):

@@ -36,7 +36,8 @@ def start_ranks(checkpoint: str | Path, config) -> Optional[RankGroup]:
                              f"checkpoints such as {checkpoint}")
         raise ValueError("tensor_parallel_size > 1: not supported for GLM-5.3-Flash (glm5_next) checkpoints yet")
     model_config = ModelConfig.from_pretrained(Path(checkpoint))
-    validate_layout(model_config, ParallelState(parallel.world, 0, parallel.ep, attention_dp=parallel.attention_dp))
+    validate_layout(model_config, ParallelState(parallel.world, 0, parallel.ep, attention_dp=parallel.attention_dp,
+                                                split_extras=parallel.split_extras))
     launcher = ThreadRankGroup if parallel.backend == "threads" else RankGroup
     return launcher.launch(str(checkpoint), config.dtype, config.device, config.latent_norm_eps,
                            config.num_speculative_tokens > 0, parallel, config.resolved_weight_format())
@@ -80,5 +81,5 @@ def torchrun_follower(checkpoint: str | Path, config, rank: int) -> int:
                     parallel.init_method or "env://", parallel.timeout_s,
                     parallel.threads_per_rank or max(1, (os.cpu_count() or 1) // parallel.world),
                     config.resolved_weight_format(), reduce_fp32=parallel.reduce_fp32,
-                    attention_dp=parallel.attention_dp)
+                    attention_dp=parallel.attention_dp, split_extras=parallel.split_extras)
     return run_torchrun_follower(spec, rank)

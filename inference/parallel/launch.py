@@ -50,10 +50,11 @@ class RankSpec:
     weight_format: str = "dequant"
     reduce_fp32: bool = True
     attention_dp: bool = False
+    split_extras: bool = True
 
     def state(self, rank: int, comm) -> ParallelState:
         return ParallelState(self.world, rank, self.ep, comm, attention_dp=self.attention_dp,
-                             reduce_fp32=self.reduce_fp32)
+                             reduce_fp32=self.reduce_fp32, split_extras=self.split_extras)
 
     def device_of(self, rank: int) -> str:
         return f"cuda:{rank}" if self.device.startswith("cuda") else self.device
@@ -90,7 +91,8 @@ class RankGroup:
         threads = parallel.threads_per_rank or max(1, (os.cpu_count() or 1) // parallel.world)
         spec = RankSpec(str(checkpoint), dtype, device, latent_norm_eps, mtp, parallel.world, parallel.ep,
                         backend, init, parallel.timeout_s, threads, weight_format,
-                        reduce_fp32=parallel.reduce_fp32, attention_dp=parallel.attention_dp)
+                        reduce_fp32=parallel.reduce_fp32, attention_dp=parallel.attention_dp,
+                        split_extras=parallel.split_extras)
         processes = []
         if run is None:
             from inference.parallel.follower import follower_main

@@ -20,6 +20,10 @@ class ParallelConfig(BaseModel):
     # DP attention (SGLang --enable-dp-attention): every rank runs all attention heads over its own
     # sequences and KV pages; only the routed experts are split (expert_parallel_size as above).
     attention_dp: bool = False
+    # Under DP attention, the embedding, LM head, dense MLPs and shared expert: "split" over the
+    # ranks by vocab / intermediate size, their rows exchanged (parallel/dp_extras.py; more KV per
+    # rank: 374K vs 256K tokens for GLM-5.3 on 8xH200), or "replicated" on every rank (no exchange).
+    dp_extras: Literal["split", "replicated"] = "split"
     # "auto": NCCL on CUDA, gloo on CPU. "threads": the ranks are threads of this process over
     # in-process collectives (ThreadComm; CPU only, for tests and simulations).
     backend: Literal["auto", "gloo", "nccl", "threads"] = "auto"
@@ -42,6 +46,9 @@ class ParallelConfig(BaseModel):
             raise ValueError(f"expert_parallel_size={ep} must divide tensor_parallel_size={self.tensor_parallel_size}")
         if self.attention_dp and self.tensor_parallel_size < 2:
             raise ValueError(f"attention_dp needs at least 2 ranks, got tensor_parallel_size={self.tensor_parallel_size}")
+        if self.dp_extras != "split" and not self.attention_dp:
+            raise ValueError(f"dp_extras={self.dp_extras!r} applies only with attention_dp=True (tensor parallelism "
+                             "always splits the vocab and the dense/shared MLPs)")
         if self.heartbeat_s >= self.timeout_s:
             raise ValueError(f"heartbeat_s={self.heartbeat_s} must be below timeout_s={self.timeout_s}")
         return self
@@ -53,6 +60,10 @@ class ParallelConfig(BaseModel):
     @property
     def ep(self) -> int:
         return self.expert_parallel_size or self.tensor_parallel_size
+
+    @property
+    def split_extras(self) -> bool:
+        return self.dp_extras == "split"
 
     @property
     def reduce_fp32(self) -> bool:

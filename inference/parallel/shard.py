@@ -6,14 +6,19 @@ tensors included) to a `Shard`: replicated, or a contiguous range of rows (dim 0
 loader checks that the two agree, so a rule here and a layer's shape can never drift apart
 silently. The rules follow DeepSeek-V3's convert.py and vLLM (../shared/docs/scaleout.md §1, §4.4):
 
-  embed_tokens / lm_head            rows, by vocab (padded to a multiple of tp)
+  embed_tokens / lm_head            rows, by vocab (padded to a multiple of the extras' ranks)
   q_b_proj, kv_b_proj               rows, by attention head
   o_proj                            cols, by attention head
-  dense and shared-expert MLP       gate/up rows, down cols, by intermediate size over tp
+  dense and shared-expert MLP       gate/up rows, down cols, by intermediate size over the
+                                    extras' ranks
   routed experts                    whole experts per ep group (`owns_expert`), and inside the
                                     group gate/up rows, down cols, by intermediate over tp // ep
   everything else                   replicated: q_a, kv_a, norms, the whole DSA indexer, the
                                     router and its bias, eh_proj, enorm/hnorm, model.norm
+
+Under DP attention the attention projections are replicated (every head on every rank), and the
+"extras" (vocab, dense and shared MLPs) follow `ParallelState.extras_tp`: split over all ranks as
+above (the default), or replicated.
 """
 
 from __future__ import annotations
@@ -93,12 +98,10 @@ def shard_for(name: str, config: ModelConfig, state: ParallelState) -> Shard:
     """This rank's slice of checkpoint tensor `name` (a `.weight`; scales use `Shard.in_blocks`)."""
     if state.world == 1:
         return REPLICATED
-    if state.tp == 1 and not _EXPERT.match(name):  # DP attention: only the routed experts are split
-        return REPLICATED
     if _VOCAB.match(name):
-        return _rows(state.vocab(config.vocab_size))
+        return _rows(state.vocab(config.vocab_size)) if state.extras_tp > 1 else REPLICATED
     m = _ATTN.search(name)
-    if m and name.startswith("model.layers."):
+    if m and name.startswith("model.layers.") and state.tp > 1:
         heads = state.heads(config.num_attention_heads)
         kind = m.group(1)
         if kind == "q_b_proj":
@@ -111,7 +114,7 @@ def shard_for(name: str, config: ModelConfig, state: ParallelState) -> Shard:
         part = state.expert_intermediate(config.moe_intermediate_size)
         return _cols(part) if m.group(3) == "down_proj" else _rows(part)
     m = _MLP.match(name)
-    if m:
+    if m and state.extras_tp > 1:
         shared = m.group(2) is not None
         inter = config.moe_intermediate_size * config.n_shared_experts if shared else config.intermediate_size
         part = state.split(inter, "moe_intermediate_size * n_shared_experts" if shared else "intermediate_size")

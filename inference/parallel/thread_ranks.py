@@ -45,7 +45,8 @@ class ThreadRankGroup:
             raise ValueError(f"parallel.backend='threads' runs every rank on the CPU; got device={device!r}")
         spec = RankSpec(str(checkpoint), dtype, device, latent_norm_eps, mtp, parallel.world, parallel.ep,
                         "threads", "", parallel.timeout_s, None, weight_format,
-                        reduce_fp32=parallel.reduce_fp32, attention_dp=parallel.attention_dp)
+                        reduce_fp32=parallel.reduce_fp32, attention_dp=parallel.attention_dp,
+                        split_extras=parallel.split_extras)
         comms = ThreadComm.group(parallel.world, timeout_s=parallel.timeout_s)
         group = cls(spec, spec.state(0, comms[0]))
         for rank in range(1, parallel.world):

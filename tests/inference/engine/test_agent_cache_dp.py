@@ -103,15 +103,26 @@ def test_warm_start_folds_the_first_waves_early_turns_into_its_first_prompt():
 
 def test_budgets_are_the_memory_plan_scaled_by_the_trace_scale():
     """`horizon model plan glm-5.3 --dp-attention` on H200s as nvidia-smi reports them (143771 MiB):
-    TP8 601K KV tokens per rank (= per node), DP8 256K per rank (2.05M per node), scaleout.md §3.3."""
+    TP8 601K KV tokens per rank (= per node); DP8 with split extras (the engine's default) 374K per
+    rank (2.99M per node), with replicated extras 256K (2.05M); scaleout.md §3.3."""
     b = agent_cache_dp.node_budgets(0.1, 8, 64)
-    assert 600_000 < b.plan_tp_tokens < 602_000 and 2_040_000 < b.plan_dp_tokens_per_node < 2_060_000
+    assert b.extras == "split"
+    assert 600_000 < b.plan_tp_tokens < 602_000 and 2_980_000 < b.plan_dp_tokens_per_node < 3_000_000
     assert b.tp_device == int(0.1 * b.plan_tp_tokens) // 64 * 64
     assert b.dp_device_per_rank == int(0.1 * b.plan_dp_tokens_per_node / 8) // 64 * 64
-    assert 3.3 < b.dp_node_tokens / b.tp_device < 3.5
+    assert 4.9 < b.dp_node_tokens / b.tp_device < 5.1
     assert abs(b.dp_host_per_rank * 8 - b.tp_host) <= 8 * 64  # one host budget for every policy
+    replicated = agent_cache_dp.node_budgets(0.1, 8, 64, extras="replicated")
+    assert 2_040_000 < replicated.plan_dp_tokens_per_node < 2_060_000 and replicated.tp_device == b.tp_device
     with pytest.raises(ValueError, match="--scale 2"):
         agent_cache_dp.node_budgets(2, 8, 64)
+
+
+def test_a_dp_rank_runs_less_alone_with_split_extras():
+    """Split extras run on every rank's tokens (node rate), like the routed experts: only attention
+    stays a rank's own work in the step-time model."""
+    split, replicated = agent_cache_dp.attention_share("split"), agent_cache_dp.attention_share("replicated")
+    assert 0.4 < split < replicated < 0.6
 
 
 def test_agent_cache_dp_quick(capsys):
@@ -125,9 +136,10 @@ def test_agent_cache_dp_quick(capsys):
     tp, aff, rnd = rows["tp-replicated"], rows["dp-affinity"], rows["dp-random"]
     assert tp["ranks"] == 1 and aff["ranks"] == rnd["ranks"] == 2
     assert tp["prompt_tokens"] == aff["prompt_tokens"] == rnd["prompt_tokens"]
-    assert 3.2 < aff["capacity_tokens"] / tp["capacity_tokens"] < 3.5
+    assert 4.8 < aff["capacity_tokens"] / tp["capacity_tokens"] < 5.1  # split extras: the engine's default
     assert aff["max_ranks_per_session"] == 1 < rnd["max_ranks_per_session"]  # affinity: one rank per session
     assert aff["concurrent_sessions"] > tp["concurrent_sessions"] > 0
     assert aff["recomputed_tokens"] < rnd["recomputed_tokens"]  # a session's prefix stays on its rank
     comparison = lines[-1]["dp_comparison"]
     assert comparison["concurrent_sessions_vs_tp"] == round(aff["concurrent_sessions"] / tp["concurrent_sessions"], 2)
+    assert comparison["dp_extras"] == "split"

@@ -31,3 +31,13 @@ def dp_checkpoint(tmp_path_factory):
 
     return write_random_checkpoint(tmp_path_factory.mktemp("ckpt-dp"), preset="tiny", seed=3,
                                    overrides=dict(index_share_for_mtp_iteration=True))
+
+
+@pytest.fixture(scope="session")
+def fp8_small_blocks(tmp_path_factory):
+    """FP8 with 8x8 blocks: the tiny preset's TP=2 and DP=2 shards fall on block boundaries, so
+    each rank keeps its e4m3 slice and the matching scale blocks resident."""
+    from inference.random_checkpoint import write_random_checkpoint
+
+    return write_random_checkpoint(tmp_path_factory.mktemp("ckpt-fp8-8x8"), preset="tiny", seed=5, fp8=True,
+                                   fp8_block=(8, 8))

@@ -23,10 +23,23 @@ def test_dp_attention_needs_two_ranks():
         ParallelConfig(attention_dp=True)
 
 
-def test_ranks_that_do_not_divide_the_experts_fail_before_any_rank_starts(tp_checkpoint):
+def test_dp_extras_default_to_split_and_need_dp_attention():
+    assert ParallelConfig(tensor_parallel_size=2, attention_dp=True).split_extras
+    with pytest.raises(ValidationError, match="dp_extras='replicated' applies only with attention_dp=True"):
+        ParallelConfig(tensor_parallel_size=2, dp_extras="replicated")
+    with pytest.raises(ValidationError, match="dp_extras"):
+        ParallelConfig(tensor_parallel_size=2, attention_dp=True, dp_extras="tp")
+
+
+@pytest.mark.parametrize("extras, message", [
+    ("split", "intermediate_size = 128 is not divisible by the parallel size 3"),  # the dense MLP is split too
+    ("replicated", "n_routed_experts = 8 is not divisible by the parallel size 3"),
+])
+def test_ranks_that_do_not_divide_the_model_fail_before_any_rank_starts(tp_checkpoint, extras, message):
     threads = threading.active_count()
-    with pytest.raises(ParallelConfigError, match="n_routed_experts = 8 is not divisible by the parallel size 3"):
-        Engine(tp_checkpoint, EngineConfig(kv_budget_tokens=64, parallel={**DP, "tensor_parallel_size": 3}))
+    with pytest.raises(ParallelConfigError, match=message):
+        Engine(tp_checkpoint, EngineConfig(kv_budget_tokens=64,
+                                           parallel={**DP, "tensor_parallel_size": 3, "dp_extras": extras}))
     assert threading.active_count() == threads
 
 
@@ -45,6 +58,7 @@ def test_virtual_ranks_run_on_the_cpu_only(tp_checkpoint):
     (["--dp", "2", "--tp", "4"], "--dp 2 with --tp 4: attention split by heads inside each DP group is not supported"),
     (["--dp", "1"], "attention_dp needs at least 2 ranks"),
     (["--tp", "1", "--dp-attention"], "attention_dp needs at least 2 ranks"),
+    (["--tp", "2", "--dp-extras", "replicated"], "dp_extras='replicated' applies only with attention_dp=True"),
 ])
 def test_serve_refuses_rank_combinations_it_cannot_run(tp_checkpoint, capsys, flags, message):
     assert main(["serve", "--model", str(tp_checkpoint), "--kv-budget-tokens", "64", *flags]) == 2

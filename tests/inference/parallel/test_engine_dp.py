@@ -1,7 +1,9 @@
 """Engine with DP attention over 2 real processes (gloo) vs the single-process engine: the same
 tokens for concurrent requests of different lengths with prefix hits, preemption, MTP and seeded
 sampling; the same tokens and usage (`cached_tokens` included) for a session whose turns hit the
-device and the host tier. One follower process, spawned once for the module.
+device and the host tier. The default layout: split extras (embedding, LM head, dense MLPs and
+shared expert split over the ranks, their rows exchanged). One follower process, spawned once for
+the module.
 
 Exactness: the router scores in fp32 and its GEMM rounds differently for the different row counts
 a DP rank routes (its gathered batch, not the node's), so logits agree to ~1e-6 in fp32, not bit for
@@ -35,6 +37,7 @@ def _request(prompt, n, seeded: bool = False, **kw) -> GenerateRequest:
 def engines(dp_checkpoint):
     one = Engine(dp_checkpoint, EngineConfig(**CONFIG))
     dp = Engine(dp_checkpoint, EngineConfig(**CONFIG, parallel={"tensor_parallel_size": 2, "attention_dp": True}))
+    assert dp.model.parallel.dp_split_extras  # the default layout
     yield one, dp
     dp.shutdown()
     assert dp.ranks.exit_codes() == [0]  # the follower exited on Stop

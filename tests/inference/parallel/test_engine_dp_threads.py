@@ -122,15 +122,33 @@ def test_a_full_rank_preempts_only_its_own_requests(dp):
 
 
 def test_token_counts_travel_in_the_command(dp):
-    """Each MoE layer exchanges tokens once each way; the counts come with the step command (no
-    all-gather of counts per forward), and logits come back in one gather per forward at most."""
+    """Split extras: per forward each layer (dense or MoE) exchanges tokens once each way, the
+    embedding reduce-scatters once and the head all-gathers its rows once and gathers its logits
+    to the leader once. The counts and token ids come with the step command: an all-gather of
+    either would make the all-gathers outnumber the reduce-scatters."""
     comm = dp.ranks.state.comm
     comm.stats.reset()
     dp.generate([_greedy(_prompt(90 + i, 12 + 9 * i), 4) for i in range(3)])
     calls = comm.stats.calls
-    moe_layers = sum(hasattr(layer.mlp, "gate") for layer in dp.model.model.layers)
-    assert calls["all_gather"] == calls["reduce_scatter"] > moe_layers
+    layers = dp.model_config.num_hidden_layers
+    assert calls["all_gather"] == calls["reduce_scatter"] > layers + 1
     assert 0 < calls["gather"] <= calls["broadcast_object"]
+
+
+def test_replicated_extras_give_the_same_outputs(dp, dp_checkpoint):
+    """dp_extras="replicated": every rank keeps the embedding, head, dense and shared MLPs whole
+    and each rank's logits are gathered by the runner; the same tokens as the split layout."""
+    replicated = Engine(dp_checkpoint, EngineConfig(dtype="float32", page_size=PS, kv_budget_tokens=16 * PS,
+                                                    num_speculative_tokens=2, session_ttl_s=0.0,
+                                                    parallel={**THREADS, "dp_extras": "replicated"}))
+    try:
+        assert replicated.model.lm_head.weight.shape[0] == 2 * dp.model.lm_head.weight.shape[0]
+        reqs = lambda: [_greedy(_prompt(110 + i, 10 + 13 * i), 6, session_id=f"rep-{i}") for i in range(3)]
+        dp.clear_cache()
+        assert [r.token_ids for r in replicated.generate(reqs())] == [r.token_ids for r in dp.generate(reqs())]
+        assert replicated.ranks.state.comm.stats.calls["gather"] > 0  # the runner's logits gather
+    finally:
+        replicated.shutdown()
 
 
 def test_stats_per_rank_add_up_to_the_node(dp):

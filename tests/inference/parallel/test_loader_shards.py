@@ -12,8 +12,8 @@ from inference.parallel import ParallelState, ThreadComm
 from .thread_ranks import load_ranks
 
 
-def _state(world: int, rank: int, ep: int) -> ParallelState:
-    return ParallelState(world, rank, ep, ThreadComm.group(world)[rank])
+def _state(world: int, rank: int, ep: int, attention_dp: bool = False) -> ParallelState:
+    return ParallelState(world, rank, ep, ThreadComm.group(world)[rank], attention_dp=attention_dp)
 
 
 def test_shards_concatenate_to_the_whole(tp_checkpoint):
@@ -41,9 +41,11 @@ def test_expert_tp_split_keeps_gate_then_up(tp_checkpoint):
     assert torch.equal(gate, whole[:, :inter]) and torch.equal(up, whole[:, inter:])
 
 
-def test_split_tensors_are_never_read_whole(tp_checkpoint, monkeypatch):
+@pytest.mark.parametrize("attention_dp", [False, True])
+def test_split_tensors_are_never_read_whole(tp_checkpoint, monkeypatch, attention_dp):
     """Only this rank's slice of a split tensor is read from the memory map (get_slice), never the
-    whole tensor: every read of a split tensor returns its local shape."""
+    whole tensor: every read of a split tensor returns its local shape (TP, and DP attention with
+    its split extras)."""
     import inference.loader as loader
     from inference.parallel.shard import shard_for
 
@@ -62,7 +64,7 @@ def test_split_tensors_are_never_read_whole(tp_checkpoint, monkeypatch):
 
     monkeypatch.setattr(loader._Shards, "read", read)
     monkeypatch.setattr(loader._Shards, "get", get)
-    model = load_model(tp_checkpoint, dtype=torch.float32, parallel=_state(2, 0, 2))
+    model = load_model(tp_checkpoint, dtype=torch.float32, parallel=_state(2, 0, 2, attention_dp))
     shapes = loader._Shards(loader.checkpoint_files(tp_checkpoint))
     split = [(n, got) for n, got in reads if not shard_for(n, model.config, model.parallel).replicated]
     assert len(split) > 10 and whole == []

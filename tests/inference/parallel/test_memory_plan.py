@@ -66,21 +66,40 @@ def test_fp8_layouts_that_cut_scale_blocks_are_refused():
         plan(config, 32, parse_bytes("141GiB"))
 
 
-def test_dp_attention_layout_next_to_tp():
-    """scaleout.md §3.3: DP8+EP8 with everything but the experts replicated holds 105.3 GiB of
-    weights per rank, 256K tokens per rank (2.05M per node) and 16 sessions of 100K against TP8's 6."""
+def test_dp_attention_layouts_next_to_tp():
+    """scaleout.md §3.3: DP8+EP8 with vocab/TP-split extras holds 99.3 GiB of weights per rank,
+    374K KV tokens per rank (2.99M per node) and 24 sessions of 100K; with everything but the
+    experts replicated 105.3 GiB, 256K (2.05M) and 16; TP8 holds 6."""
     out = _cli("glm-5.3", "--gpus", "8", "--gpu-memory", "143771MiB", "--dp-attention", "--json")
     p = json.loads(out.stdout)
-    assert 105.0 < p["dp_weights_bytes_per_rank"] / GIB < 105.6
-    assert 250_000 < p["dp_kv_tokens_per_rank"] < 260_000
-    assert p["dp_kv_tokens_per_node"] == 8 * p["dp_kv_tokens_per_rank"]
-    assert p["dp_sessions_100k"] == 16 and p["sessions_100k"] == 6
+    split, replicated = p["dp_layouts"]
+    assert split["extras"] == "split" and replicated["extras"] == "replicated"
+    assert 99.0 < split["weights_bytes_per_rank"] / GIB < 99.6
+    assert 370_000 < split["kv_tokens_per_rank"] < 378_000 and split["sessions_100k"] == 24
+    assert 105.0 < replicated["weights_bytes_per_rank"] / GIB < 105.6
+    assert 250_000 < replicated["kv_tokens_per_rank"] < 260_000 and replicated["sessions_100k"] == 16
+    for d in (split, replicated):
+        assert d["kv_tokens_per_node"] == 8 * d["kv_tokens_per_rank"]
+    assert p["sessions_100k"] == 6
+    text = plan(ModelConfig.from_pretrained(CONFIG), 8, parse_bytes("143771MiB"), dp_attention=True).describe()
+    assert "extras split (default" in text and "(4.97x TP8's 601,056)" in text and "(3.41x TP8's 601,056)" in text
 
 
-@pytest.mark.parametrize("world,ep,attention_dp", [(8, 8, False), (4, 2, False), (8, 8, True)])
-def test_rank_shapes_are_the_sharded_models_own(world, ep, attention_dp):
+def test_a_dp_layout_that_would_cut_fp8_blocks_is_refused_by_name():
+    """DP32 with split extras: the shared expert's 2048 rows / 32 = 64 cut the 128-row blocks."""
+    message = (r"DP32 with split extras cannot keep the weights in FP8: "
+               r"model.layers.\*.mlp.shared_experts.gate_proj.weight: rank 0's rows \[0, 64\)")
+    with pytest.raises(ValueError, match=message):
+        plan(ModelConfig.from_pretrained(CONFIG), 32, parse_bytes("141GiB"), tp=8, dp_attention=True)
+
+
+@pytest.mark.parametrize("world,ep,attention_dp,split_extras", [
+    (8, 8, False, True), (4, 2, False, True), (8, 8, True, True), (8, 8, True, False),
+])
+def test_rank_shapes_are_the_sharded_models_own(world, ep, attention_dp, split_extras):
     """The plan cuts the whole model's shapes by shard.py's rules: they must be exactly the shapes
-    a sharded model allocates (TP8/EP8, TP4 with experts both EP- and TP-split, DP-attention)."""
+    a sharded model allocates (TP8/EP8, TP4 with experts both EP- and TP-split, DP-attention with
+    split and with replicated extras)."""
     import torch
 
     from inference.memory_plan import model_shapes, rank_shape
@@ -89,7 +108,8 @@ def test_rank_shapes_are_the_sharded_models_own(world, ep, attention_dp):
 
     config = ModelConfig.from_pretrained(CONFIG)
     whole = model_shapes(config)
-    state = ParallelState(world, world - 1, ep, attention_dp=attention_dp)  # the last rank: vocab padding
+    state = ParallelState(world, world - 1, ep, attention_dp=attention_dp,  # the last rank: vocab padding
+                          split_extras=split_extras)
     with torch.device("meta"):
         sharded = {k: tuple(v.shape) for k, v in Glm5ForCausalLM(config, state).state_dict().items()}
     assert sharded.keys() == whole.keys()
@@ -109,4 +129,5 @@ def test_one_meta_build_serves_the_whole_plan(monkeypatch):
 
     monkeypatch.setattr(inference.model, "Glm5ForCausalLM", counting)
     p = plan(ModelConfig.from_pretrained(CONFIG), 8, parse_bytes("141GiB"), dp_attention=True)
-    assert len(builds) == 1 and p.dp_kv_tokens_per_node > 3 * p.kv_tokens
+    assert len(builds) == 1 and p.dp_layout("replicated").kv_tokens_per_node > 3 * p.kv_tokens
+    assert p.dp_layout("split").kv_tokens_per_node > 4.5 * p.kv_tokens

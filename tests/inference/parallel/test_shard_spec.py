@@ -50,6 +50,32 @@ def test_shards_reassemble_every_tensor(preset, tp, ep):
         assert len(holders) == (tp // ep if expert else tp)
 
 
+EXTRAS = re.compile(r"^(model\.embed_tokens\.weight|lm_head\.weight)$"
+                    r"|\.mlp\.(shared_experts\.)?(gate|up|down)_proj\.weight$")
+
+
+@pytest.mark.parametrize("split_extras", [True, False])
+def test_dp_attention_splits_experts_and_only_the_extras_it_is_asked_to(split_extras):
+    """DP attention: attention whole on every rank; embed/head by vocab and the dense and shared MLPs
+    by intermediate size when the extras are split (reassembling the whole), else replicated."""
+    config, tensors = _config("tiny"), _tensors("tiny")
+    states = [ParallelState(2, r, 2, attention_dp=True, split_extras=split_extras) for r in range(2)]
+    extras = 0
+    for name, full in tensors.items():
+        if ".experts." in name:
+            continue  # split as under TP (test above)
+        specs = [shard_for(name, config, s) for s in states]
+        if not (split_extras and EXTRAS.search(name)):
+            assert all(s.replicated for s in specs), name
+            continue
+        extras += 1
+        dim = specs[0].dim
+        whole = torch.cat([s.read(full, tuple(full.shape)) for s in specs], dim=dim).narrow(dim, 0, full.shape[dim])
+        assert torch.equal(whole, full), name
+    moe_layers = config.num_hidden_layers + config.num_mtp_layers - config.first_k_dense_replace
+    assert extras == (2 + 3 * config.first_k_dense_replace + 3 * moe_layers if split_extras else 0)
+
+
 def test_each_expert_has_one_ep_group():
     config = _config("tiny")
     states = [ParallelState(4, r, 2) for r in range(4)]

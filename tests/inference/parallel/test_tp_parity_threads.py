@@ -76,16 +76,6 @@ def test_fp32_relative_error_is_small(tp_checkpoint):
     assert ((got - want).abs().max() / want.abs().max()).item() < 1e-5
 
 
-@pytest.fixture(scope="module")
-def fp8_small_blocks(tmp_path_factory):
-    """FP8 with 8x8 blocks: the tiny preset's TP=2 shards fall on block boundaries, so each rank
-    keeps its e4m3 slice and the matching scale blocks resident."""
-    from inference.random_checkpoint import write_random_checkpoint
-
-    return write_random_checkpoint(tmp_path_factory.mktemp("ckpt-fp8-8x8"), preset="tiny", seed=5, fp8=True,
-                                   fp8_block=(8, 8))
-
-
 @pytest.mark.parametrize("tp,ep", [(2, 2), (2, 1)])
 def test_fp8_resident_shards_match_dequant_at_load(fp8_small_blocks, tp, ep):
     ref = load_model(fp8_small_blocks, dtype=torch.float64)
