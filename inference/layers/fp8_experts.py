@@ -31,6 +31,8 @@ def _input_major(w: torch.Tensor) -> torch.Tensor:
 
 
 class Fp8RoutedExperts(RoutedExperts):
+    single_token_eager = True  # (W8A16: k experts dequantized per step instead of all; reads the ids on the host)
+
     def __init__(self, config: ModelConfig, block: tuple[int, int], mode: str = "fp8",
                  parallel: ParallelState | None = None):
         nn.Module.__init__(self)
@@ -53,7 +55,6 @@ class Fp8RoutedExperts(RoutedExperts):
         self.gate_up_proj_scale_inv = nn.Parameter(torch.empty(e, *scale_shape((2 * i, h), block)), requires_grad=False)
         self.down_proj = nn.Parameter(torch.empty(e, h, i, dtype=E4M3), requires_grad=False)
         self.down_proj_scale_inv = nn.Parameter(torch.empty(e, *scale_shape((h, i), block)), requires_grad=False)
-        self._gate_up_t = self._down_t = None
 
     def fuse(self) -> None:
         # RoutedExperts stores dense stacks input-major on CPU; the per-call dequantization
@@ -101,8 +102,7 @@ class Fp8RoutedExperts(RoutedExperts):
         return self.grouped(x, ids, weights, gate_up, down)
 
     def single_token(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
-        """Batch-1 decode: RoutedExperts.single_token's GEMV pairs over just the k routed experts,
-        each dequantized on the fly."""
+        """Batch-1 decode (eager): a GEMV pair per routed expert, each dequantized on the fly."""
         if self.mode == "fp8_w8a8":
             return base + self._w8a8(x, self.local_ids(ids) if self.is_sharded else ids, weights, "auto")
         y = base
