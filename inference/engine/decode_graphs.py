@@ -302,14 +302,15 @@ class DecodeGraphs:
                   for b in reversed(self.batches) for w in reversed(self.widths)]  # fmt: skip
         try:
             for sig, shape in shapes:
-                self._capture(sig, shape)
+                self.capture(sig, shape)
         except Exception as exc:  # a capture-unsafe op (a host sync), or out of memory
             self.graphs.clear()
             self.failure = " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
             log.warning("decode graphs: capturing failed, decode runs eagerly (%s)", self.failure)
         return len(self.graphs)
 
-    def _capture(self, sig: Signature, shape: StepShape) -> None:
+    def capture(self, sig: Signature, shape: StepShape) -> None:
+        """Capture one CUDA graph (prepare() captures them all; benchmarks pick the ones they time)."""
         self.buffers.stage(shape, [], [], [], self._pad, [], [])
         step = self._inputs(sig, shape)
         warm = torch.cuda.Stream()

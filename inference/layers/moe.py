@@ -65,10 +65,6 @@ class TopkRouter(nn.Module):
 
 
 class RoutedExperts(nn.Module):
-    # Eager batch-1 steps take `single_token` (Fp8RoutedExperts: its native path would otherwise
-    # dequantize every expert of the layer).
-    single_token_eager = False
-
     def __init__(self, config: ModelConfig, parallel: ParallelState | None = None):
         super().__init__()
         parallel = parallel or ParallelState.single()
@@ -160,8 +156,6 @@ class MoE(nn.Module):
         if self.dp is not None:
             return self._dp_forward(x, kernels)
         ids, weights = self.gate(x)
-        if kernels is None and self.experts.single_token_eager and x.shape[0] == 1 and not torch.compiler.is_compiling():
-            return self.experts.single_token(x, ids, weights, self.shared_experts(x))
         return self.experts(x, ids, weights, kernels) + self.shared_experts(x)
 
     def _dp_forward(self, x: torch.Tensor, kernels: str | None) -> torch.Tensor:
