@@ -5,11 +5,11 @@ per-op dispatch and Python (measured: ~960 aten calls per small-preset step, ~4 
 Compiling the whole step (metadata, every layer, the head) fuses the norms, RoPE, routing and
 masking into a few generated kernels and leaves the matmuls to the same BLAS calls as eager mode.
 
-Shapes are traced symbolically (`dynamic=True`), so one process compiles a few graphs per step
-function, not one per batch bucket or context length: dynamo specializes sizes 0 and 1, so a
-batch of one (and T = 1) gets its own graph. Batch-1 steps trace the MoE's expert ids as symbolic
-ints (`capture_scalar_outputs`), which keeps each expert a GEMV on a view of its weights; larger
-batches run one GEMM per expert over symbolic slices (grouped_mm cannot be traced in fp32).
+Batch and width are traced as symbolic sizes (`dynamic=True`), so a step function compiles one
+graph per T (and per MTP pass kind), not one per batch bucket or context length. Dynamo would
+specialize a size of 1, so compiled steps start at a batch of 2 (decode_graphs.py pads a single
+sequence). The MoE runs one GEMM per expert over symbolic slices of the expert-sorted rows
+(`capture_scalar_outputs`; grouped_mm cannot be traced in fp32).
 
 NOTE: the first step of each graph pays the compile (tens of seconds on CPU; inductor caches the
 generated code on disk, so a restarted process pays far less); the engine does it at start-up.
@@ -28,20 +28,20 @@ import torch.fx.experimental._config as fx_config
 log = logging.getLogger(__name__)
 # What a failed compile raises (a backend or C++ compiler error arrives as BackendCompilerFailed).
 COMPILE_FAILURES = (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit)
-# Graphs one step function may build before compiling counts as failed (dynamo's default is 8; an
-# MTP pass has up to 8 legitimate ones: batch 1 or more x T 1 or more x reusing a selection or not).
+# Graphs one step function may build before compiling counts as failed (dynamo's default, 8, is
+# also counted over every model of the process; the MTP pass has three: T = 1, 1 + k, reusing).
 RECOMPILE_LIMIT = 16
 
 
 @contextlib.contextmanager
 def _tracing_settings():
     """capture_scalar_outputs: expert counts read by .tolist() become symbolic sizes.
-    backed_size_oblivious and no duck sizing: a size of 1 is not specialized, and B and B*T are
-    not taken as equal when both are 1, so one graph serves every batch bucket and every T.
+    specialize_int: T (a Python int) is a constant of its graph; B and W stay symbolic.
+    No duck sizing: B and W are not taken as one size because they happened to be equal.
     specialize_float: the step's floats are model constants (else dynamo restarts its trace)."""
     with torch._dynamo.config.patch(capture_scalar_outputs=True, fail_on_recompile_limit_hit=True,
-                                    specialize_float=True, recompile_limit=RECOMPILE_LIMIT), \
-            fx_config.patch(backed_size_oblivious=True, use_duck_shape=False):  # fmt: skip
+                                    specialize_float=True, specialize_int=True, recompile_limit=RECOMPILE_LIMIT), \
+            fx_config.patch(use_duck_shape=False):  # fmt: skip
         yield
 
 

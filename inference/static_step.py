@@ -35,6 +35,9 @@ class StepInputs:
     positions: torch.Tensor  # [B*T] absolute position of each
     seq_lens: torch.Tensor  # [B] cached + new tokens of each sequence after the step
     block_table: torch.Tensor  # [B, W] page ids (entries past a sequence's pages: anything, masked)
+    # T. A Python int on purpose: a traced step specializes on it (one graph per T), while B and W
+    # stay symbolic (a symbolic T = N // B made the tracer add guards that split graphs anyway).
+    tokens_per_seq: int = 1
     # MTP passes: the hidden state each new token is paired with, [B*T, hidden].
     prev_hidden: torch.Tensor | None = None
     # MTP draft passes under index_share_for_mtp_iteration: the selection to attend over
@@ -44,11 +47,6 @@ class StepInputs:
     @property
     def num_seqs(self) -> int:
         return self.seq_lens.shape[0]
-
-    @property
-    def tokens_per_seq(self) -> int:
-        """T, read off the shapes (a symbolic size when traced: one graph serves every T)."""
-        return self.input_ids.shape[0] // self.seq_lens.shape[0]
 
     def last_rows(self) -> torch.Tensor:
         """[B] row of each sequence's last new token."""

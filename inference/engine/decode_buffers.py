@@ -86,7 +86,7 @@ class DecodeBuffers:
     def views(self, shape: StepShape) -> StepInputs:
         """The device views a step of this shape reads (the same tensors for every step of it)."""
         ids, pos, lens, table, _, _ = self._parts(self.device_buffer, shape)
-        return StepInputs(ids, pos, lens, table.view(shape.batch, shape.width))
+        return StepInputs(ids, pos, lens, table.view(shape.batch, shape.width), shape.tokens)
 
     def hidden_rows(self, shape: StepShape) -> torch.Tensor:
         return self._parts(self.device_buffer, shape)[4]

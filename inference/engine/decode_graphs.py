@@ -65,7 +65,9 @@ class GraphSettings:
         min_width = max(2, -(-(model_config.index_topk + 1) // page_size))
         max_width = max(min_width, -(-(max_sequence + num_draft) // page_size))  # (drafts sit past the end)
         mtp = num_draft > 0
-        return cls(mode, max_batch, min_width, max_width, (1, 1 + num_draft) if mtp else (1,),
+        # With MTP a target step feeds 1 + k tokens; one without drafts (a sequence at its end) is
+        # rare and runs eagerly. MTP passes catch up over 1 token (no draft accepted) or 1 + k (all).
+        return cls(mode, max_batch, min_width, max_width, (1 + num_draft,) if mtp else (1,),
                    (1, 1 + num_draft) if mtp else (), mtp and model_config.index_share_for_mtp_iteration,
                    mtp, pad_page)  # fmt: skip
 
@@ -130,6 +132,8 @@ class DecodeGraphs:
         device = cache.device
         self.buffers = DecodeBuffers(s.max_batch, self.max_tokens, s.max_width, device)
         self.batches = batch_buckets(s.max_batch) if s.mode != "eager" else None
+        if s.mode == "compile":  # a traced batch of 1 would be a graph of its own: pad it to 2
+            self.batches = sorted({max(2, b) for b in self.batches})
         self.widths = width_buckets(s.min_width, s.max_width)
         self.kernels = model._kernels(cache.latent[0])
         model.rope_frequencies(device)  # now: a traced step must not find it missing
@@ -287,13 +291,14 @@ class DecodeGraphs:
         """Build the graphs now, on padding rows only (they write just the scratch page), so no
         request waits for a capture or a compile. CUDA graphs: every signature x batch bucket x
         width bucket, largest first so later captures reuse the pool; compile: each signature
-        at a batch of one and at the largest bucket (dynamic shapes cover the rest). Returns how
-        many steps it ran; eager mode builds nothing."""
+        at the largest and the smallest bucket (one graph per signature covers every bucket and
+        width). Returns how many steps it ran; eager mode builds nothing."""
         if self.settings.mode == "eager":
             return 0
         if self.settings.mode == "compile":
-            batches = sorted({1, self.batches[-1]})
-            shapes = [(sig, StepShape(b, sig.tokens, self.widths[0])) for sig in self.signatures for b in batches]
+            # NOTE: the largest batch first, then the smallest: both must hit the one graph traced.
+            shapes = [(sig, StepShape(b, sig.tokens, self.widths[0])) for b in dict.fromkeys((self.batches[-1], 2))
+                      for sig in self.signatures]  # fmt: skip
             for sig, shape in shapes:
                 self.buffers.stage(shape, [], [], [], self._pad, [], [])
                 self._call(sig, self._inputs(sig, shape))

@@ -1,8 +1,8 @@
 """Decode graphs (inference/engine/decode_graphs.py) compute what the eager step computes.
 
 On the CPU a graph is torch.compile of the uniform step; one module-scoped compiled runner serves
-every test, and with dynamic shapes it builds one graph for every batch bucket, T and width (the
-compile is paid once per process; inductor caches the generated code on disk across processes).
+every test, and with dynamic shapes it builds one graph for every batch bucket and width (paid
+once per process; inductor caches the generated code on disk across processes).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _runner(model, mode: str, max_batch: int = 4) -> DecodeGraphs:
 @pytest.fixture(scope="module")
 def compiled(model):
     graphs = _runner(model, "compile")
-    assert graphs.prepare() == 2  # a batch of one and of four, traced at start-up
+    assert graphs.prepare() == 2  # batches of four and two, traced at start-up (one graph)
     return graphs
 
 
@@ -79,8 +79,8 @@ def _prompts(lens: list[int]) -> list[list[int]]:
     return [torch.randint(3, 500, (n,), generator=g).tolist() for n in lens]
 
 
-# Batches of every bucket (1, 2, 4) and one padded (3 -> 4); contexts from below index_topk (8)
-# to past several width buckets (3, 6, 12 pages).
+# Batches of every bucket (2, 4; one sequence pads to 2 when compiled) and one padded (3 -> 4);
+# contexts from below index_topk (8) to past several width buckets (3, 6, 12 pages).
 @pytest.mark.parametrize("lens", [[5], [30, 2], [7, 19, 1], [4, 11, 26, 9]])
 def test_compiled_steps_equal_eager_steps_at_every_bucket(model, compiled, lens):
     eager = _runner(model, "eager")
@@ -130,12 +130,12 @@ def test_buckets():
     glm53 = SimpleNamespace(index_topk=2048, index_share_for_mtp_iteration=True)
     settings = GraphSettings.build(glm53, "cuda_graphs", 64, 131072, 64, num_draft=3, pad_page=0)
     assert (settings.min_width, settings.max_width) == (33, 2049)  # S > index_topk; drafts past the end
-    assert settings.target_tokens == (1, 4) and settings.mtp_tokens == (1, 4) and settings.share_selection
+    assert settings.target_tokens == (4,) and settings.mtp_tokens == (1, 4) and settings.share_selection
 
 
 def test_shapes_pad_to_buckets_in_graph_modes_only(model, compiled):
     assert compiled.shape_for(3, 1, 7) == StepShape(4, 1, 12)
-    assert compiled.shape_for(1, 1, 1) == StepShape(1, 1, 3)  # at least index_topk + 1 keys
+    assert compiled.shape_for(1, 1, 1) == StepShape(2, 1, 3)  # compiled from 2 sequences; > index_topk keys
     eager = _runner(model, "eager")
     assert eager.shape_for(3, 1, 7) == StepShape(3, 1, 7) and eager.shape_for(3, 1, 1) == StepShape(3, 1, 3)
 

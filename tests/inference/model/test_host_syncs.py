@@ -62,7 +62,7 @@ def _step(pages, lens, t: int = 1, width: int = 6) -> StepInputs:
     for i, p in enumerate(pages):
         table[i, : len(p)] = torch.tensor(p)
     positions = torch.tensor([n + j for n in lens for j in range(t)])
-    return StepInputs(torch.arange(7, 7 + len(lens) * t), positions, torch.tensor(lens) + t, table)
+    return StepInputs(torch.arange(7, 7 + len(lens) * t), positions, torch.tensor(lens) + t, table, t)
 
 
 @pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
@@ -106,7 +106,7 @@ def test_the_kernel_path_step_issues_no_host_sync_on_cuda(tiny_checkpoint):
     lens, pages = [5, 13, 2], [[3, 1, 2], [6, 7, 8, 9, 10], [12, 13]]
     gpu.forward_batch(ForwardBatch.build([list(range(3, 3 + n)) for n in lens], [0, 0, 0], pages, device="cuda"), cache)
     step = _step(pages, lens)
-    step = StepInputs(*(t.cuda() for t in (step.input_ids, step.positions, step.seq_lens, step.block_table)))
+    step = StepInputs(*(t.cuda() for t in (step.input_ids, step.positions, step.seq_lens, step.block_table)), 1)
     gpu.step_forward(step, cache)  # compiles the kernels
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
