@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from inference.forward_batch import AttentionMetadata
+from inference.forward_batch import AttentionMetadata, live_slots
 from inference.layers.indexer import TopkSelection
 
 
@@ -77,4 +77,5 @@ def uniform_metadata(step: StepInputs, page_size: int, masks: bool = True) -> At
     return AttentionMetadata(
         slot_mapping, key_slots, key_valid, rows, seq_of_token, t, s, True,
         step.positions, step.seq_lens, key_hidden, key_slots.reshape(-1),
+        None if masks else live_slots(key_slots, step.seq_lens),
     )  # fmt: skip

@@ -93,10 +93,15 @@ def test_compiled_steps_equal_eager_steps_at_every_bucket(model, compiled, lens)
     assert max((a - b).abs().max().item() for a, b in zip(got, want)) <= TOL
 
 
-def test_the_eager_uniform_step_equals_the_general_forward(model):
+@pytest.mark.parametrize("kernels", [None, "torch"])  # native path; the kernels' path (torch references)
+def test_the_eager_uniform_step_equals_the_general_forward(model, kernels):
     prompts = _prompts([6, 17, 3])
-    want_tokens, want = _decode(None, model, prompts, 10)
-    got_tokens, got = _decode(_runner(model, "eager"), model, prompts, 10)
+    model.kernel_backend = kernels
+    try:
+        want_tokens, want = _decode(None, model, prompts, 10)
+        got_tokens, got = _decode(_runner(model, "eager"), model, prompts, 10)
+    finally:
+        model.kernel_backend = "auto"
     assert got_tokens == want_tokens
     assert max((a - b).abs().max().item() for a, b in zip(got, want)) <= TOL
 
