@@ -130,25 +130,18 @@ class DecodeGraphs:
             self.signatures.append(Signature("mtp", 1, True))
         self.max_tokens = max(s.target_tokens + s.mtp_tokens)
         device = cache.device
-        self.buffers = DecodeBuffers(s.max_batch, self.max_tokens, s.max_width, device)
         self.batches = batch_buckets(s.max_batch) if s.mode != "eager" else None
         if s.mode == "compile":  # a traced batch of 1 would be a graph of its own: pad it to 2
             self.batches = sorted({max(2, b) for b in self.batches})
+        self.max_rows = self.batches[-1] if self.batches else s.max_batch  # sequences a step may hold
+        self.buffers = DecodeBuffers(self.max_rows, self.max_tokens, s.max_width, device)
         self.widths = width_buckets(s.min_width, s.max_width)
         self.kernels = model._kernels(cache.latent[0])
         model.rope_frequencies(device)  # now: a traced step must not find it missing
-        rows = s.max_batch * self.max_tokens
+        rows = self.max_rows * self.max_tokens
         self.prev_hidden = torch.zeros(rows, cfg.hidden_size, dtype=model.dtype, device=device) if s.mtp_tokens else None
-        self.reuse = self._selection_buffer(s.max_batch) if s.share_selection else None
-        self.outputs: dict[str, StepResult] = {}
-        if s.mode == "cuda_graphs":  # outside the graphs' pool, shared by every shape
-            v, h = cfg.vocab_size, cfg.hidden_size
-            self.outputs["target"] = StepResult(torch.empty(rows, v, dtype=model.dtype, device=device),
-                                                torch.empty(rows, h, dtype=model.dtype, device=device), None)
-            if s.mtp_tokens:
-                self.outputs["mtp"] = StepResult(torch.empty(s.max_batch, v, dtype=model.dtype, device=device),
-                                                 torch.empty(s.max_batch, h, dtype=model.dtype, device=device),
-                                                 self._selection_buffer(s.max_batch))
+        self.reuse = self._selection_buffer(self.max_rows) if s.share_selection else None
+        self.outputs: dict[str, StepResult] = self._output_buffers() if s.mode == "cuda_graphs" else {}
         self.compilers = {"target": StepCompiler(model.step_forward),
                           "mtp": StepCompiler(model.mtp_step_forward)} if s.mode == "compile" else {}  # fmt: skip
         self.graphs: dict[tuple[Signature, StepShape], torch.cuda.CUDAGraph] = {}
@@ -156,6 +149,17 @@ class DecodeGraphs:
         self._logits_here = model.parallel.rank == 0  # only the leader gets logits
         self.failure: str | None = None  # why graphs stopped (capture failed), if they did
         self.steps: Counter = Counter()  # uniform steps run, by signature kind (tests read it)
+
+    def _output_buffers(self) -> dict[str, StepResult]:
+        """Where captured graphs leave their results: outside the graphs' pool, shared by every shape."""
+        cfg, dev, dtype, b = self.model.config, self.cache.device, self.model.dtype, self.max_rows
+        rows, v, h = b * self.max_tokens, cfg.vocab_size, cfg.hidden_size
+        out = {"target": StepResult(torch.empty(rows, v, dtype=dtype, device=dev),
+                                    torch.empty(rows, h, dtype=dtype, device=dev), None)}  # fmt: skip
+        if self.settings.mtp_tokens:
+            out["mtp"] = StepResult(torch.empty(b, v, dtype=dtype, device=dev), torch.empty(b, h, dtype=dtype, device=dev),
+                                    self._selection_buffer(b))  # fmt: skip
+        return out
 
     def _selection_buffer(self, rows: int):
         k, dev = self.model.config.index_topk, self.cache.device

@@ -143,6 +143,42 @@ def test_shapes_pad_to_buckets_in_graph_modes_only(model, compiled):
     assert compiled.shape_for(1, 1, 1) == StepShape(2, 1, 3)  # compiled from 2 sequences; > index_topk keys
     eager = _runner(model, "eager")
     assert eager.shape_for(3, 1, 7) == StepShape(3, 1, 7) and eager.shape_for(3, 1, 1) == StepShape(3, 1, 3)
+    one = _runner(model, "compile", max_batch=1)  # (nothing compiled: no step runs)
+    assert one.batches == [2] and one.shape_for(1, 1, 2) == StepShape(2, 1, 3)
+    one.buffers.stage(StepShape(2, 1, 3), [[5]], [4], [[0, 1]], PAGES)  # its buffers hold the padded batch
+
+
+@pytest.mark.parametrize("kernels", [None, "torch"])
+def test_what_a_captured_graph_leaves_in_its_output_buffers(model, kernels):
+    """The CUDA-graph mode's output side, run on the CPU: the copies a captured graph ends with put
+    exactly the step's results (target and both MTP pass kinds) where a replay returns them."""
+    from inference.engine.decode_graphs import Signature
+
+    model.kernel_backend = kernels
+    try:
+        cache = model.new_cache(num_pages=PAGES + 1, page_size=PAGE)
+        settings = GraphSettings.build(SimpleNamespace(index_topk=model.config.index_topk, index_share_for_mtp_iteration=True),
+                                       "eager", 4, PAGES * PAGE, PAGE, num_draft=2, pad_page=PAGES)  # fmt: skip
+        graphs = DecodeGraphs(model, cache, settings)
+        graphs.outputs = graphs._output_buffers()
+        lens = [5, 9, 14]
+        pages = _page_lists(lens, 4)
+        model.forward_batch(ForwardBatch.build(_prompts(lens), [0, 0, 0], pages), cache)
+        for sig in graphs.signatures:
+            shape = StepShape(4, sig.tokens, 6)
+            graphs.buffers.stage(shape, [[7] * sig.tokens] * 3, lens, pages, PAGES, [0, 1, 2], [2, 0, 1])
+            res = graphs._call(sig, graphs._inputs(sig, shape))
+            graphs._write_outputs(sig, shape, res)
+            static = graphs._static_result(sig, shape)
+            assert torch.equal(static.logits, res.logits) and torch.equal(static.hidden, res.hidden)
+            if sig.kind == "mtp" and not sig.reuse:
+                got, want = static.selection, res.selection
+                pairs = [(got.positions, want.positions), (got.valid, want.valid)] if kernels is None else [(got, want)]
+                assert all(torch.equal(a, b) for a, b in pairs)
+    finally:
+        model.kernel_backend = "auto"
+    assert [(s.kind, s.tokens, s.reuse) for s in graphs.signatures] == [
+        ("target", 3, False), ("mtp", 1, False), ("mtp", 3, False), ("mtp", 1, True)]
 
 
 def test_a_failing_compile_falls_back_to_eager_for_good(model, caplog):
