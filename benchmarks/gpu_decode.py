@@ -13,9 +13,15 @@ Kernel bandwidth: the fused indexer top-k over the FP8 pages, sparse MLA over th
 fp8_ds_mla rows and the fused FP8 MoE, each timed alone at the step's shapes; bytes = what the
 kernel must read (keys of every visible position; the 2048 selected rows per token; the weights
 of the experts the batch routes to) over its time, divided by a device-to-device copy's
-(read + write) bandwidth. --cuda-graphs: the model has no CUDA-graph mode yet; the flag says so.
-Without a GPU it prints that it needs one and exits 0; --dry-run runs the same code on the CPU at
-a tiny width through the kernels' torch references (no timings worth reading).
+(read + write) bandwidth.
+
+--cuda-graphs: each step also through the engine's decode path (inference/engine/decode_graphs.py:
+inputs staged into fixed buffers, one host->device copy), eagerly and replayed as a CUDA graph
+captured for the step's batch and width bucket; at batch 1 the graph step is set against the sum
+of its kernels' device times (an eager step under torch.profiler): the launch overhead a graph
+leaves (goal: within 1.3x). Without a GPU it prints that it needs one and exits 0; --dry-run runs
+the same code on the CPU at a tiny width through the kernels' torch references (the "graph"
+column then runs the same buffers eagerly: no capture on a CPU; no timings worth reading).
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.glm53_forward import fill_random_cache as fill_cache  # noqa: E402
 from benchmarks.glm53_forward import glm53_config, random_fp8_model  # noqa: E402
-from benchmarks.glm53_forward import timed_ms as _ms  # noqa: E402
+from benchmarks.glm53_forward import sync, timed_ms as _ms  # noqa: E402
+from inference.engine.decode_graphs import DecodeGraphs, GraphSettings, Signature  # noqa: E402
 from inference.forward_batch import ForwardBatch  # noqa: E402
 from inference.fp8_resident import set_fp8_mode  # noqa: E402
 from inference.layers.fp8_experts import Fp8RoutedExperts  # noqa: E402
@@ -92,11 +99,50 @@ def kernel_rows(model, cache, config, b, ctx, tables, device, reps, backend) -> 
     return out
 
 
+def kernel_sum_ms(fn, device, reps: int) -> float | None:
+    """Sum of the device times of every kernel one call of fn launches (torch.profiler), in ms."""
+    if device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    sync(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        sync(device)
+    return sum(e.self_device_time_total for e in prof.key_averages()) / reps / 1e3
+
+
+def graph_rows(graphs: dict, b: int, ctx: int, tokens, tables, device, reps: int) -> dict:
+    """The engine's decode path for this step: eager through fixed buffers, and as a CUDA graph."""
+    eager, graph = graphs["eager"], graphs["graph"]
+    args = (tokens, [ctx] * b, tables, b, False)
+    shape = graph.shape_for(b, 1, -(-(ctx + 1) // graph.cache.page_size))
+    if graph.mode == "cuda_graphs":
+        graph.capture(Signature("target", 1, False), shape)
+    out = {"bucket": list(shape), "buffers_eager_ms": _ms(lambda: eager.target(*args), device, reps),
+           "graph_ms": _ms(lambda: graph.target(*args), device, reps)}  # fmt: skip
+    if b == 1:
+        out["kernels_ms"] = kernel_sum_ms(lambda: eager.target(*args), device, reps)
+    return out
+
+
+def _graphs(model, cache, config, batches, contexts, device) -> dict:
+    """Two runners over the benchmark's cache: eager (no padding) and CUDA graphs (the last page
+    of the cache is the padding rows' scratch page); on a CPU both run eagerly."""
+    mode = "cuda_graphs" if device.type == "cuda" else "eager"
+    build = lambda m, pad: GraphSettings.build(config, m, max(batches), max(contexts) + 1, cache.page_size,  # noqa: E731
+                                               pad_page=pad)
+    return {"eager": DecodeGraphs(model, cache, build("eager", None)),
+            "graph": DecodeGraphs(model, cache, build(mode, cache.num_pages - 1))}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="8K context, batch 1 and 16 only")
     parser.add_argument("--dry-run", action="store_true", help="tiny width on the CPU (checks the script)")
-    parser.add_argument("--cuda-graphs", action="store_true", help="also time CUDA-graph decode (not available yet)")
+    parser.add_argument("--cuda-graphs", action="store_true", help="also time the engine's decode path, eager and CUDA graphs")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if not args.dry_run and not torch.cuda.is_available():
@@ -111,15 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     model.eval()
     set_fp8_mode(model, "fp8_w8a8")
     model.kernel_backend = backend  # decode through the kernels (on the CPU: their torch references)
-    if args.cuda_graphs:
-        if hasattr(model, "capture_decode_graphs"):
-            print("gpu_decode: --cuda-graphs is not wired into this benchmark yet; timing eager only")
-        else:
-            print("gpu_decode: --cuda-graphs: not available yet (the model has no CUDA-graph decode mode); eager only")
     page, batches, contexts = size["page"], size["batches"], size["contexts"]
     pages_per_seq = max(contexts) // page + 2
     cache = model.new_cache(max(batches) * pages_per_seq + 1, page, kv_cache_dtype="fp8")
     fill_cache(model, cache, config, device)
+    graphs = _graphs(model, cache, config, batches, contexts, device) if args.cuda_graphs else None
     report = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
               "copy_GBps": copy_gbps(device, size["reps"]), "width": config.hidden_size,
               "layers": config.num_hidden_layers, "rows": []}  # fmt: skip
@@ -133,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                 ms = _ms(lambda: model.forward_batch(step, cache), device, size["reps"])
                 row = {"context": ctx, "batch": b, "step_ms": ms, "tokens_per_s": b / ms * 1e3}
                 row.update(kernel_rows(model, cache, config, b, ctx, tables, device, size["reps"], backend))
+                if graphs is not None:
+                    row.update(graph_rows(graphs, b, ctx, tokens, tables, device, size["reps"]))
                 report["rows"].append(row)
     copy = report["copy_GBps"]
     print(f"gpu_decode on {report['device']}: GLM-5.3 width {config.hidden_size}, {config.num_hidden_layers} layers, "
@@ -144,8 +188,20 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['indexer_ms']:>10.3f} {100 * r['indexer_GBps'] / copy:>5.0f}% | "
               f"{r['sparse_mla_ms']:>13.3f} {100 * r['sparse_mla_GBps'] / copy:>5.0f}% | "
               f"{r['fused_moe_ms']:>12.3f} {100 * r['fused_moe_GBps'] / copy:>5.0f}%")  # fmt: skip
+    if graphs is not None:
+        graph = graphs["graph"]
+        print(f"decode path ({graph.describe()}): ms/step through the fixed buffers, eager vs graph")
+        print(f"{'context':>8} {'batch':>5} {'bucket':>12} {'eager ms':>9} {'graph ms':>9} {'speedup':>7} "
+              f"{'graph tok/s':>11} | {'kernels ms':>10} {'graph/kernels':>13}")  # fmt: skip
+        for r in report["rows"]:
+            kernels = r.get("kernels_ms")
+            tail = f"{kernels:>10.3f} {r['graph_ms'] / kernels:>12.2f}x" if kernels else f"{'-':>10} {'-':>13}"
+            print(f"{r['context']:>8} {r['batch']:>5} {str(tuple(r['bucket'][::2])):>12} {r['buffers_eager_ms']:>9.3f} "
+                  f"{r['graph_ms']:>9.3f} {r['buffers_eager_ms'] / r['graph_ms']:>6.2f}x "
+                  f"{r['batch'] / r['graph_ms'] * 1e3:>11.1f} | {tail}")  # fmt: skip
     if args.dry_run:
-        print("(dry run on the CPU through the torch references: timings need a GPU)")
+        print("(dry run on the CPU through the torch references: timings need a GPU; no CUDA graph is captured "
+              "on a CPU, the graph column runs the same buffers eagerly)")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1))

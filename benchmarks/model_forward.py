@@ -8,10 +8,12 @@ engine's hot path, including building each step's ForwardBatch), transformers th
 generate step) and through a bare `forward` step with its DynamicCache. Both sides are measured in
 interleaved rounds and each metric keeps its best round. Ratios > 1 mean we are faster.
 
-Our decode is measured twice: eager, and with `compile_decode()` (the layer stack of decode steps
-through torch.compile, inference/decode_compiler.py; what `EngineConfig(compile_decode=True)` and
-`horizon serve --compile-decode` run). The compile itself is timed separately, in wall-clock time
-(inductor compiles in worker processes), and is not part of the per-token numbers.
+Our decode is measured twice, both through the engine's decode path (inference/engine/
+decode_graphs.py: the step staged into fixed buffers, no host sync): eager, and as a decode graph
+(torch.compile on a CPU, what `EngineConfig(decode_graphs=True)` and `horizon serve --cuda-graphs`
+run; a compiled step serves at least 2 sequences, so batch 1 runs padded to 2). The compile
+itself is timed separately, in wall-clock time (inductor compiles in worker processes), and is
+not part of the per-token numbers.
 
     python benchmarks/model_forward.py            # tiny and small presets
     python benchmarks/model_forward.py --quick    # tiny only, short prompt (used by a test)
@@ -33,6 +35,7 @@ import torch
 # Repository root first: this directory has a kernels.py that would shadow the `kernels` package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from inference.engine.decode_graphs import DecodeGraphs, GraphSettings  # noqa: E402
 from inference.forward_batch import ForwardBatch  # noqa: E402
 from inference.loader import load_model  # noqa: E402
 from inference.random_checkpoint import write_random_checkpoint  # noqa: E402
@@ -48,9 +51,17 @@ def _seconds(fn) -> float:
     return time.process_time() - t
 
 
-def ours_measurements(model, prompt: list[int], decode_steps: int) -> dict:
-    pages = list(range((len(prompt) + decode_steps + PAGE) // PAGE + 1))
-    cache = model.new_cache(num_pages=len(pages), page_size=PAGE)
+def decode_runner(model, prompt_len: int, decode_steps: int, mode: str) -> DecodeGraphs:
+    """The engine's decode path over a cache for one sequence (its last page: the padding rows')."""
+    pages = (prompt_len + decode_steps + PAGE) // PAGE + 1
+    cache = model.new_cache(num_pages=pages + 1, page_size=PAGE)
+    settings = GraphSettings.build(model.config, mode, 1, pages * PAGE, PAGE, pad_page=pages)
+    return DecodeGraphs(model, cache, settings)
+
+
+def ours_measurements(runner: DecodeGraphs, prompt: list[int], decode_steps: int) -> dict:
+    model, cache = runner.model, runner.cache
+    pages = list(range(cache.num_pages - 1))
 
     def prefill():
         return model.forward_batch(ForwardBatch.build([prompt], [0], [pages]), cache)
@@ -60,8 +71,7 @@ def ours_measurements(model, prompt: list[int], decode_steps: int) -> dict:
         times = []
         for i in range(decode_steps):
             t = time.process_time()
-            step = ForwardBatch.build([[token]], [len(prompt) + i], [pages])
-            token = int(model.forward_batch(step, cache).logits[0].argmax())
+            token = int(runner.target([[token]], [len(prompt) + i], [pages], 1, False).logits[0].argmax())
             times.append(time.process_time() - t)
         return statistics.median(times)
 
@@ -110,14 +120,10 @@ def hf_measurements(model, prompt: list[int], decode_steps: int) -> dict:
     return {"prefill": lambda: _seconds(prefill), "generate_step": generate_step, "forward_step": forward_step}
 
 
-def compile_seconds(model) -> float:
-    """Wall time of `warm_compiled_decode`: the decode steps that trigger the compiles, one on
-    each side of `index_topk` keys (the indexer's two regimes are two graphs)."""
-    pages = list(range(model.config.index_topk // PAGE + 1))
-    cache = model.new_cache(num_pages=len(pages), page_size=PAGE)
+def compile_seconds(runner: DecodeGraphs) -> float:
+    """Wall time of building the decode graph (what an engine does at start-up)."""
     start = time.perf_counter()
-    if model.warm_compiled_decode(cache, pages) != 2:
-        raise RuntimeError("warm_compiled_decode did not run both decode steps")
+    runner.prepare()
     return time.perf_counter() - start
 
 
@@ -165,17 +171,16 @@ def run(preset: str, prompt_len: int, decode_steps: int, reps: int, workdir: Pat
     path = write_random_checkpoint(workdir / preset, preset=preset, seed=0)
     ours = load_model(path, dtype=torch.float32, latent_norm_eps=1e-6)  # transformers' q_a/kv_a eps
     hf = GlmMoeDsaForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="sdpa").eval()
-    compiled = load_model(path, dtype=torch.float32, latent_norm_eps=1e-6)
-    compiled.compile_decode()
+    compiled = decode_runner(ours, prompt_len, decode_steps, "compile")
     prompt = torch.randint(0, ours.config.vocab_size, (prompt_len,), generator=torch.Generator().manual_seed(0)).tolist()
     max_diff, within = agreement(ours, hf, prompt)
     compile_s = compile_seconds(compiled)
-    steps_before = compiled._decode_compiler.calls
-    ours_both = ours_measurements(ours, prompt, decode_steps)
+    steps_before = compiled.compilers["target"].calls
+    ours_both = ours_measurements(decode_runner(ours, prompt_len, decode_steps, "eager"), prompt, decode_steps)
     ours_both["compiled_decode"] = ours_measurements(compiled, prompt, decode_steps)["decode"]
     t = measure(ours_both, hf_measurements(hf, prompt, decode_steps), reps)
-    if compiled._decode_compiler.calls == steps_before:
-        raise RuntimeError("the compiled model never took its compiled decode path")
+    if compiled.compilers["target"].calls == steps_before or compiled.compilers["target"].failure:
+        raise RuntimeError(f"the decode graph did not run ({compiled.compilers['target'].failure})")
     floor = matmul_floors(ours, hf, prompt)
     result = {
         "preset": preset,

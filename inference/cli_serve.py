@@ -28,8 +28,12 @@ def register(subparsers) -> None:
     p.add_argument("--weight-format", default="auto", choices=["auto", "dequant", "fp8", "fp8_w8a8"],
                    help="FP8 checkpoints: dequant = expand to --dtype at load; fp8 = keep e4m3 + block scales, "
                         "dequantize per call; fp8_w8a8 = keep them, FP8 GEMMs; auto = dequant on CPU, fp8_w8a8 on CUDA")
-    p.add_argument("--compile-decode", action="store_true",
-                   help="torch.compile decode steps (faster per token; the first steps pay a compile of tens of seconds)")
+    p.add_argument("--cuda-graphs", dest="decode_graphs", action=argparse.BooleanOptionalAction, default=None,
+                   help="decode steps (and MTP verify/draft passes) as graphs: CUDA graphs on CUDA, torch.compile "
+                        "on CPU, built at start-up (default: on for CUDA, off on CPU)")
+    p.add_argument("--compile-decode", dest="decode_graphs", action="store_const", const=True,
+                   help="the earlier name of --cuda-graphs (on CPU: torch.compile; start-up pays tens of seconds)")
+    p.add_argument("--graph-max-batch", type=int, default=None, help="largest decode batch served by a graph (64)")
     p.add_argument("--kv-budget-tokens", type=int, default=None,
                    help="device KV cache size in tokens (default: the model's context, at most 65536 tokens / 8 GiB)")
     p.add_argument("--host-budget-tokens", type=int, default=0, help="host-memory KV tier in tokens (0: off)")
@@ -91,8 +95,8 @@ def _serve(args: argparse.Namespace) -> int:
             kv_budget_tokens=args.kv_budget_tokens,
             host_budget_tokens=args.host_budget_tokens, max_running=args.max_running,
             session_ttl_s=args.session_ttl, num_speculative_tokens=args.speculative_tokens,
-            compile_decode=args.compile_decode, parallel=parallel, weight_format=args.weight_format,
-            max_image_bytes=args.max_image_bytes,
+            decode_graphs=args.decode_graphs, graph_max_batch=args.graph_max_batch, parallel=parallel,
+            weight_format=args.weight_format, max_image_bytes=args.max_image_bytes,
         )
     except EngineSettingsError as exc:
         print(f"horizon serve: invalid engine option: {exc}", file=sys.stderr)

@@ -92,6 +92,12 @@ class ForwardBatch:
         )
 
 
+def live_slots(key_slots: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
+    """[B, S] int32 key slots, -1 at positions past each sequence's length."""
+    live = torch.arange(key_slots.shape[1], device=key_slots.device).unsqueeze(0) < seq_lens.unsqueeze(1)
+    return torch.where(live, key_slots, -1).to(torch.int32)
+
+
 @dataclass
 class AttentionMetadata:
     """Per-step indexing shared by all layers (built once from a ForwardBatch)."""
@@ -110,6 +116,9 @@ class AttentionMetadata:
     # functools.cached_property, and every layer reads them anyway).
     key_hidden: torch.Tensor | None  # [B, T, S] bool: ~key_valid
     flat_key_slots: torch.Tensor  # [B*S] key_slots flattened, for index_select
+    # Kernel path (masks=False): key_slots as int32 with -1 past each sequence's length, built once
+    # per step for every full-indexer layer (kernel_path.indexer_slots).
+    live_key_slots: torch.Tensor | None = None
 
     @classmethod
     def from_batch(cls, batch: ForwardBatch, page_size: int, masks: bool = True) -> AttentionMetadata:
@@ -145,6 +154,7 @@ class AttentionMetadata:
         return cls(
             slot_mapping, key_slots, key_valid, query_rows, seq_of_token, max_q, max_s, uniform,
             batch.positions, batch.seq_lens, key_hidden, key_slots.reshape(-1),
+            None if masks else live_slots(key_slots, batch.seq_lens),
         )  # fmt: skip
 
     def gather_keys(self, cache) -> torch.Tensor:

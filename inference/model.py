@@ -22,7 +22,6 @@ import torch
 from torch import nn
 
 from inference.config import ModelConfig
-from inference.decode_compiler import DecodeCompiler
 from inference.forward_batch import AttentionMetadata, ForwardBatch
 from inference.kv_cache import PagedKVCache
 from inference.layers.decoder import DecoderLayer
@@ -34,6 +33,7 @@ from inference.layers.rope import RopeTables, inverse_frequencies
 from inference.parallel.dp_extras import DPLMHead, DPVocabEmbedding
 from inference.parallel.state import ParallelState
 from inference.parallel.vocab import ParallelLMHead, VocabParallelEmbedding
+from inference.static_step import StepInputs, uniform_metadata
 
 
 @dataclass
@@ -112,7 +112,6 @@ class Glm5ForCausalLM(nn.Module):
         # "torch" / "triton" = always with that backend, None = never (native torch path).
         self.kernel_backend: str | None = "auto"
         self._inv_freq: torch.Tensor | None = None
-        self._decode_compiler: DecodeCompiler | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -135,14 +134,16 @@ class Glm5ForCausalLM(nn.Module):
         if self.device.type == "cpu" and not tied:
             self.lm_head.weight = column_major(self.lm_head.weight)
 
+    def rope_frequencies(self, device: torch.device) -> torch.Tensor:
+        """RoPE's inverse frequencies, computed once (decode graphs ask before they trace a step)."""
+        if self._inv_freq is None or self._inv_freq.device != device:
+            self._inv_freq = inverse_frequencies(self.config.qk_rope_head_dim, self.config.rope_theta, device)
+        return self._inv_freq
+
     def _prepare(self, batch: ForwardBatch, cache: PagedKVCache) -> tuple[AttentionMetadata, RopeTables]:
         meta = AttentionMetadata.from_batch(batch, cache.page_size, masks=self._kernels(batch.input_ids) is None)
-        dev = batch.positions.device
-        if self._inv_freq is None or self._inv_freq.device != dev:  # computed once, not every step
-            self._inv_freq = inverse_frequencies(self.config.qk_rope_head_dim, self.config.rope_theta, dev)
-        rope = RopeTables.build(
-            batch.positions, self.config.qk_rope_head_dim, self.config.rope_theta, self.dtype, self._inv_freq
-        )
+        rope = RopeTables.build(batch.positions, self.config.qk_rope_head_dim, self.config.rope_theta, self.dtype,
+                                self.rope_frequencies(batch.positions.device))  # fmt: skip
         return meta, rope
 
     def _run_layer(self, layer: DecoderLayer, h, rope, meta, cache: PagedKVCache, selection, reuse: bool = False):
@@ -158,31 +159,6 @@ class Glm5ForCausalLM(nn.Module):
             return None
         return backend
 
-    @property
-    def decode_compiler(self) -> DecodeCompiler | None:
-        """The compiled decode path after `compile_decode` (its `failure` says why it stopped, if it did)."""
-        return self._decode_compiler
-
-    def compile_decode(self, enabled: bool = True) -> None:
-        """torch.compile the layer stack for decode steps (decode_compiler.py); prefill stays eager."""
-        if enabled and self.parallel.world > 1:
-            # In-place collectives graph-break under dynamo; functional collectives come with CUDA graphs.
-            raise ValueError(f"compile_decode: not supported with {self.parallel.world} parallel ranks (use 1)")
-        self._decode_compiler = DecodeCompiler(self._layer_stack) if enabled else None
-
-    def warm_compiled_decode(self, cache: PagedKVCache, pages: list[int]) -> int:
-        """Compile the decode graphs now (after `compile_decode`): a decode step with index_topk keys
-        and one with index_topk + 1, each after a prefill of zeros, written into `pages` of `cache`
-        (scratch: overwritten). Steps that do not fit the pages are skipped; returns how many ran."""
-        if self._decode_compiler is None or self._kernels(cache.latent[0]) is not None:
-            return 0  # nothing to compile: not asked for, or steps go through the Triton kernels
-        topk, room = self.config.index_topk, len(pages) * cache.page_size
-        lengths = [n for n in (topk - 1, topk) if 1 <= n and n + 1 <= room]
-        for n in lengths:
-            self.forward_batch(ForwardBatch.build([[0] * n], [0], [pages], device=self.device), cache)
-            self.forward_batch(ForwardBatch.build([[0]], [n], [pages], device=self.device), cache)
-        return len(lengths)
-
     def _layer_stack(self, input_ids, logits_indices, meta: AttentionMetadata, rope: RopeTables, cache: PagedKVCache,
                      return_all_hidden: bool):  # fmt: skip
         h = self.model.embed_tokens(input_ids)
@@ -192,6 +168,45 @@ class Glm5ForCausalLM(nn.Module):
         h = self.model.norm(h)
         picked = h[logits_indices]
         return picked, self.lm_head(picked), (h if return_all_hidden else None)
+
+    # ---- uniform steps from fixed-shape device tensors (static_step.py): no host sync ----
+    def _prepare_step(self, step: StepInputs, cache: PagedKVCache) -> tuple[AttentionMetadata, RopeTables]:
+        if self.parallel.dp is not None:
+            raise ValueError("uniform steps: not with DP attention (its token exchange is sized on the host)")
+        meta = uniform_metadata(step, cache.page_size, masks=self._kernels(step.input_ids) is None)
+        rope = RopeTables.build(step.positions, self.config.qk_rope_head_dim, self.config.rope_theta, self.dtype,
+                                self.rope_frequencies(step.positions.device))  # fmt: skip
+        return meta, rope
+
+    def step_forward(self, step: StepInputs, cache: PagedKVCache) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """A uniform target step (decode, MTP verification): (logits [B*T, V] of every new token,
+        None on a tensor-parallel follower; the final-normed hidden states [B*T, H])."""
+        meta, rope = self._prepare_step(step, cache)
+        h = self.model.embed_tokens(step.input_ids)
+        selection = None
+        for layer in self.model.layers[: self.config.num_hidden_layers]:
+            h, selection = self._run_layer(layer, h, rope, meta, cache, selection)
+        h = self.model.norm(h)
+        return self.lm_head(h), h
+
+    def mtp_step_forward(self, step: StepInputs, cache: PagedKVCache):
+        """A uniform MTP pass (step.prev_hidden set; step.reuse to attend over an earlier pass's
+        selection): (logits [B, V] and pre-norm hidden [B, H] at each sequence's last new token,
+        that token's selection for later passes to reuse, or None when step.reuse was given)."""
+        meta, rope = self._prepare_step(step, cache)
+        mtp: MTPLayer = self.model.layers[self.config.num_hidden_layers]
+        u = mtp.combine(self.model.embed_tokens(step.input_ids), step.prev_hidden.to(self.dtype))
+        reuse = step.reuse is not None
+        z, selection = self._run_layer(mtp, u, rope, meta, cache, step.reuse, reuse)
+        last = step.last_rows()
+        picked = z.index_select(0, last)
+        logits = self.lm_head(mtp.shared_head.norm(picked))
+        if reuse or selection is None:
+            return logits, picked, None
+        if isinstance(selection, TopkSelection):  # padded [B, T, K]: row T - 1
+            t = step.tokens_per_seq
+            return logits, picked, TopkSelection(selection.positions[:, t - 1 : t], selection.valid[:, t - 1 : t])
+        return logits, picked, selection.index_select(0, last)
 
     @torch.inference_mode()
     def idle_forward(self, mtp: bool = False) -> torch.Tensor | None:
@@ -218,11 +233,7 @@ class Glm5ForCausalLM(nn.Module):
         if self.parallel.dp is not None:
             self.parallel.dp.begin(batch.num_tokens, self.device, batch.logits_indices.numel())
         meta, rope = self._prepare(batch, cache)
-        stack = self._layer_stack
-        compiler = self._decode_compiler
-        if compiler is not None and compiler.applies(meta, self._kernels(batch.input_ids)):
-            stack = compiler
-        picked, logits, h = stack(batch.input_ids, batch.logits_indices, meta, rope, cache, return_all_hidden)
+        picked, logits, h = self._layer_stack(batch.input_ids, batch.logits_indices, meta, rope, cache, return_all_hidden)
         return ModelOutput(picked, logits, h)
 
     @torch.inference_mode()

@@ -46,7 +46,10 @@ def _valid_sort(group_ids: torch.Tensor, num_groups: int) -> tuple[torch.Tensor,
     valid = (flat >= 0) & (flat < num_groups)
     key = torch.where(valid, flat, num_groups)  # dropped items sort last
     order = torch.argsort(key, stable=True)
-    counts = torch.bincount(flat[valid], minlength=num_groups)
+    # A fixed-size scatter, not bincount(flat[valid]): the boolean mask and bincount's
+    # data-dependent length would make the host wait for the device (and break CUDA graphs).
+    counts = torch.zeros(num_groups + 1, dtype=torch.long, device=flat.device)
+    counts = counts.scatter_add_(0, key, torch.ones_like(key))[:num_groups]
     return order, key[order], counts
 
 
@@ -75,8 +78,11 @@ def group_into_blocks(group_ids: torch.Tensor, num_groups: int, block_size: int)
     rank_in_group = torch.arange(num_items, device=device) - start[g]
     dest = padded_start[g] + rank_in_group
 
-    sorted_items = torch.full((num_blocks * block_size,), num_items, dtype=torch.int32, device=device)
-    sorted_items[dest[valid]] = order[valid].to(torch.int32)
+    # Dropped items land in one extra entry, cut off below (no boolean mask: no host sync).
+    size = num_blocks * block_size
+    sorted_items = torch.full((size + 1,), num_items, dtype=torch.int32, device=device)
+    sorted_items.scatter_(0, torch.where(valid, dest, size), order.to(torch.int32))
+    sorted_items = sorted_items[:size]
 
     block_starts = torch.arange(num_blocks, device=device) * block_size
     block_group = torch.searchsorted(padded_end, block_starts, right=True)

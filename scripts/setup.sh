@@ -57,7 +57,7 @@ if is_root && is_debian; then
     # them (evals/container_tools.py); busybox-static builds the tests' bash-less image; Debian's
     # `docker-compose` runs Harbor tasks with environment/docker-compose.yaml.
     apt_install bash-static busybox-static docker-compose
-    # A C++ compiler and Python headers: torch.compile's CPU backend (compile_decode) builds its kernels.
+    # A C++ compiler and Python headers: torch.compile's CPU backend (decode graphs on a CPU) builds its kernels.
     apt_install g++ python3-dev
 fi
 

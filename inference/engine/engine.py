@@ -74,13 +74,13 @@ class Engine:
                                 latent_norm_eps=config.latent_norm_eps, mtp=config.num_speculative_tokens > 0,
                                 weight_format=config.resolved_weight_format())
         self.model_config = self.model.config
-        if config.compile_decode:
-            self.model.compile_decode()
         ps = config.page_size
         kv_dtype = config.kv_cache_dtype
         self.cache_bytes_per_token = kv_bytes_per_token(self.model_config, self.model.dtype, kv_dtype)
         self.num_device_pages = config.device_pages(self.cache_bytes_per_token)
-        self.kv_cache = self.model.new_cache(self.num_device_pages, ps, kv_dtype)
+        # Decode graphs pad batches with rows that write into one scratch page past the allocator's.
+        graphs = config.resolved_decode_graphs() and self.model.parallel.dp is None
+        self.kv_cache = self.model.new_cache(self.num_device_pages + graphs, ps, kv_dtype)
         host_pages = config.host_pages()
         # The host tier holds the same bytes as the device pages (FP8 stays FP8: spill and restore
         # are plain copies, never a requantization).
@@ -111,7 +111,22 @@ class Engine:
         self.max_sequence = min(self.max_position, self.num_device_pages * ps - config.num_speculative_tokens)
         self.drafter = (MtpDrafter(self.runner, config.num_speculative_tokens, self.max_sequence, self.scheduler.grow)
                         if config.num_speculative_tokens > 0 else None)
+        if self.model.parallel.dp is None:
+            self._setup_decode_graphs(graphs)
         self._build_common(checkpoint_path, config, detokenize)
+
+    def _setup_decode_graphs(self, graphs: bool) -> None:
+        """Uniform steps (decode, MTP verification and drafts) through fixed buffers: as graphs
+        when on, captured or compiled now on padding rows (no request waits for them), else
+        eagerly (decode_graphs.py)."""
+        from inference.engine.decode_graphs import GraphSettings
+
+        config = self.config
+        mode = "eager" if not graphs else ("cuda_graphs" if self.kv_cache.device.type == "cuda" else "compile")
+        max_batch = min(config.graph_max_batch, config.max_running) if graphs else config.max_running
+        settings = GraphSettings.build(self.model_config, mode, max_batch, self.max_sequence, config.page_size,
+                                       config.num_speculative_tokens, self.num_device_pages if graphs else None)
+        self.runner.setup_decode_graphs(settings)
 
     def _build_common(self, checkpoint_path, config: EngineConfig, detokenize) -> None:
         start_id, end_id = think_token_ids(Path(checkpoint_path))
@@ -133,19 +148,6 @@ class Engine:
         self._stopping = False
         self.num_steps = 0
         self._hit_tokens = new_hits()
-        if config.compile_decode:
-            self._warm_compiled_decode()
-
-    def _warm_compiled_decode(self) -> None:
-        """Compile the decode graphs now, on free pages, so that no request's tokens wait for the
-        compiler (vLLM likewise compiles at start-up). Nothing is cached: the pages go straight
-        back to the allocator."""
-        need = -(-(self.model_config.index_topk + 1) // self.config.page_size)
-        pages = self.allocator.alloc(min(need, self.allocator.num_free))
-        try:
-            self.model.warm_compiled_decode(self.kv_cache, pages)
-        finally:
-            self.allocator.free(pages)
 
     def _rank_failed(self, reason: str) -> None:
         """From the rank monitor: a follower died. Fail everything now; nothing can run again."""

@@ -35,10 +35,15 @@ class EngineConfig(BaseModel):
     # "auto": the KV cache holds the model dtype; "fp8": the serving engines' FP8 layouts
     # (fp8_ds_mla latent + FP8 indexer keys, inference/kv_formats.py), ~0.56x the bf16 bytes.
     kv_cache_dtype: str = "auto"
-    # torch.compile the layer stack of decode steps (inference/decode_compiler.py): on CPU a
-    # batch-1 decode step runs ~1.3-2.5x faster, at the price of a one-off compile of tens of
-    # seconds per shape class (cached on disk by inductor). Prefill and MTP stay eager.
+    # Decode graphs (inference/engine/decode_graphs.py): decode steps, MTP verification and MTP
+    # draft passes of up to `graph_max_batch` sequences replayed from fixed buffers: CUDA graphs on
+    # CUDA (captured at start-up), torch.compile on CPU (compiled at start-up: tens of seconds,
+    # cached on disk by inductor). None: on for CUDA, off on CPU. Off, the same steps run eagerly
+    # through the same buffers. Prefill and mixed batches always run eagerly.
+    decode_graphs: Optional[bool] = None
+    # The earlier name of decode_graphs=True (CPU torch.compile of decode steps); still accepted.
     compile_decode: bool = False
+    graph_max_batch: int = Field(default=64, ge=1)
     # How FP8 checkpoint weights live in memory (inference/layers/fp8_linear.py): "dequant" expands
     # them to `dtype` at load; "fp8" keeps e4m3 + block scales and dequantizes per call (W8A16);
     # "fp8_w8a8" keeps them and runs the block-scaled FP8 GEMM. "auto": dequant on CPU, fp8_w8a8
@@ -86,6 +91,21 @@ class EngineConfig(BaseModel):
         if v not in ("auto", "dequant", "fp8", "fp8_w8a8"):
             raise ValueError(f"weight_format must be 'auto', 'dequant', 'fp8' or 'fp8_w8a8', got {v!r}")
         return v
+
+    @model_validator(mode="after")
+    def _graphs_named_once(self) -> "EngineConfig":
+        if self.compile_decode and self.decode_graphs is False:
+            raise ValueError("compile_decode=True and decode_graphs=False contradict each other "
+                             "(compile_decode is the earlier name of decode_graphs=True)")
+        return self
+
+    def resolved_decode_graphs(self) -> bool:
+        """Explicit settings win; by default graphs are on for CUDA (NCCL when tensor parallel)."""
+        if self.compile_decode:
+            return True
+        if self.decode_graphs is not None:
+            return self.decode_graphs
+        return self.device.startswith("cuda") and (self.parallel.world == 1 or self.parallel.backend != "gloo")
 
     def resolved_weight_format(self) -> str:
         if self.weight_format != "auto":

@@ -15,7 +15,8 @@ from typing import Callable
 import torch
 
 from inference.engine.runner_commands import (
-    Command, CopyPages, Heartbeat, HiddenRef, HostCopy, MtpSpanSpec, MtpStep, ReplicaDigest, TargetStep,
+    Command, CopyPages, Heartbeat, HiddenRef, HostCopy, MtpSpanSpec, MtpStep, ReplicaDigest, SetupDecodeGraphs,
+    TargetStep,
 )
 from inference.engine.scheduler import ScheduledItem
 from inference.forward_batch import ForwardBatch
@@ -87,6 +88,9 @@ class ModelRunner:
         self._target_hidden: torch.Tensor | None = None
         self._mtp_hidden: torch.Tensor | None = None
         self._draft_selection = None
+        # Uniform steps (decode, MTP verification and drafts) through fixed buffers, eagerly or as
+        # graphs (decode_graphs.py); None until set up: every step takes the general forward.
+        self.graphs = None
 
     def _batch(self, tokens: list[list[int]], starts: list[int], pages: list[list[int]], logit_rows: list[int]) -> ForwardBatch:
         return build_forward_batch(tokens, starts, pages, logit_rows, self.device)
@@ -111,6 +115,10 @@ class ModelRunner:
     def host_copy(self, direction: str, src: list[int], dst: list[int]) -> None:
         self.execute(HostCopy(direction, src, dst))
 
+    def setup_decode_graphs(self, settings) -> None:
+        """Serve uniform steps through decode_graphs.DecodeGraphs (every rank builds the same graphs)."""
+        self.execute(SetupDecodeGraphs(settings))
+
     # ---- what every rank runs ----
     def execute(self, cmd: Command):
         if isinstance(cmd, TargetStep):
@@ -124,6 +132,11 @@ class ModelRunner:
             self.host.copy(cmd.direction, cmd.src, cmd.dst)
         elif isinstance(cmd, ReplicaDigest):
             return self._replica_digests()
+        elif isinstance(cmd, SetupDecodeGraphs):
+            from inference.engine.decode_graphs import DecodeGraphs
+
+            self.graphs = DecodeGraphs(self.model, self.cache, cmd.settings)
+            self.graphs.prepare()
         elif not isinstance(cmd, Heartbeat):
             raise TypeError(f"model runner: unknown command {cmd!r}")
         return None
@@ -143,9 +156,13 @@ class ModelRunner:
         return [bytes(row.to(torch.uint8).tolist()).hex() for row in gathered]
 
     def _target(self, cmd: TargetStep):
-        batch = self._batch(cmd.tokens, cmd.starts, cmd.pages, cmd.logit_rows)
         self.fence()
-        out = self.model.forward_batch(batch, self.cache, return_all_hidden=cmd.want_hidden)
+        out = None
+        if self.graphs is not None:
+            out = self.graphs.target(cmd.tokens, cmd.starts, cmd.pages, len(cmd.logit_rows), cmd.want_hidden)
+        if out is None:
+            batch = self._batch(cmd.tokens, cmd.starts, cmd.pages, cmd.logit_rows)
+            out = self.model.forward_batch(batch, self.cache, return_all_hidden=cmd.want_hidden)
         self._target_hidden = out.all_hidden_states
         return out
 
@@ -154,6 +171,15 @@ class ModelRunner:
         return source[ref.row:ref.row + ref.count]
 
     def _mtp(self, cmd: MtpStep):
+        if self.graphs is not None:
+            self.fence()
+            out = self.graphs.mtp(cmd.spans, cmd.reuse_rows, self._target_hidden, self._mtp_hidden,
+                                  self._draft_selection)  # fmt: skip
+            if out is not None:
+                self._mtp_hidden = out.hidden_states
+                if cmd.reuse_rows is None:
+                    self._draft_selection = out.draft_selection
+                return out
         last_rows, offset = [], 0
         for s in cmd.spans:
             offset += len(s.next_ids)

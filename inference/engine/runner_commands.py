@@ -66,6 +66,14 @@ class HostCopy:
 
 
 @dataclass(frozen=True)
+class SetupDecodeGraphs:
+    """Serve uniform steps through fixed buffers / graphs (decode_graphs.GraphSettings); sent once
+    at start-up, so every rank captures the same graphs in the same order (their collectives match)."""
+
+    settings: object  # decode_graphs.GraphSettings
+
+
+@dataclass(frozen=True)
 class Handshake:
     """Sent once after every rank has loaded: the leader's cache sizes, for identical pages."""
 
@@ -91,4 +99,4 @@ class Stop:
     pass
 
 
-Command = TargetStep | MtpStep | CopyPages | HostCopy | ReplicaDigest | Heartbeat | Stop
+Command = TargetStep | MtpStep | CopyPages | HostCopy | ReplicaDigest | SetupDecodeGraphs | Heartbeat | Stop

@@ -136,7 +136,8 @@ def build_flash_parts(engine, checkpoint_path, config, clock) -> None:
     from inference.engine.state_snapshots import StateSnapshots, split_budget
     from inference.glm5_next.loader import load_flash_model
 
-    refused = {"num_speculative_tokens": config.num_speculative_tokens > 0, "compile_decode": config.compile_decode,
+    refused = {"num_speculative_tokens": config.num_speculative_tokens > 0,
+               "decode_graphs": bool(config.decode_graphs or config.compile_decode),  # (None: off here)
                "kv_cache_dtype": config.kv_cache_dtype != "auto", "parallel": engine.ranks is not None}  # fmt: skip
     for name, bad in refused.items():
         if bad:

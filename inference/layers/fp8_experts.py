@@ -8,7 +8,7 @@ State-dict entries (the loader packs the per-expert checkpoint tensors into them
 "fp8" (W8A16) dequantizes per call with the loader's `dequantize_blockwise`, in the layout that
 dequantize-at-load leaves (input-major on CPU), then runs RoutedExperts' own math: bit-identical
 to "dequant". The native path dequantizes the layer's local stacks (the CPU test path); the
-batch-1 path only the k routed experts. "fp8_w8a8" runs kernels.fused_moe_fp8 (Triton on CUDA,
+batch-1 path only the k routed experts (gathered on the device). "fp8_w8a8" runs kernels.fused_moe_fp8 (Triton on CUDA,
 its torch reference on CPU), which quantizes activations per token before gate_up and down.
 """
 
@@ -20,7 +20,7 @@ from torch import nn
 from inference.config import ModelConfig
 from inference.fp8 import dequantize_blockwise, scale_shape
 from inference.layers import kernel_path
-from inference.layers.moe import RoutedExperts, add_weighted_product
+from inference.layers.moe import RoutedExperts
 from inference.parallel.state import ParallelState
 
 E4M3 = torch.float8_e4m3fn
@@ -53,7 +53,6 @@ class Fp8RoutedExperts(RoutedExperts):
         self.gate_up_proj_scale_inv = nn.Parameter(torch.empty(e, *scale_shape((2 * i, h), block)), requires_grad=False)
         self.down_proj = nn.Parameter(torch.empty(e, h, i, dtype=E4M3), requires_grad=False)
         self.down_proj_scale_inv = nn.Parameter(torch.empty(e, *scale_shape((h, i), block)), requires_grad=False)
-        self._gate_up_t = self._down_t = None
 
     def fuse(self) -> None:
         # RoutedExperts stores dense stacks input-major on CPU; the per-call dequantization
@@ -98,22 +97,22 @@ class Fp8RoutedExperts(RoutedExperts):
             gate_up = self._dequant(self.gate_up_proj[active], self.gate_up_proj_scale_inv[active], x.dtype)
             down = self._dequant(self.down_proj[active], self.down_proj_scale_inv[active], x.dtype)
             return kernel_path.routed_experts(x, gate_up, down, compact, weights, kernels).to(out_dtype or x.dtype)
+        if x.shape[0] == 1:
+            return self._one_token(x, ids, weights, out_dtype)
         gate_up, down = self.dense_stacks(x.dtype)
         return self.grouped(x, ids, weights, gate_up, down, out_dtype)
 
-    def single_token(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
-        """Batch-1 decode: RoutedExperts.single_token's GEMV pairs over just the k routed experts,
-        each dequantized on the fly."""
-        if self.mode == "fp8_w8a8":
-            return base + self._w8a8(x, self.local_ids(ids) if self.is_sharded else ids, weights, "auto")
-        y = base
-        n_local = self.gate_up_proj.shape[0]
-        for e, w in zip(ids[0].tolist(), weights[0].tolist()):
-            e -= self.e0
-            if not 0 <= e < n_local:
-                continue  # another rank's expert
-            gate_up = self._dequant(self.gate_up_proj[e], self.gate_up_proj_scale_inv[e], x.dtype)
-            down = self._dequant(self.down_proj[e], self.down_proj_scale_inv[e], x.dtype)
-            gate, up = torch.mm(x, gate_up.t()).chunk(2, dim=-1)
-            y = add_weighted_product(y, torch.nn.functional.silu(gate) * up, down.t(), w)
-        return y
+    def _one_token(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor,
+                   out_dtype: torch.dtype | None) -> torch.Tensor:
+        """Batch-1 steps: dequantize only the k routed experts (gathered on the device, no host
+        sync), in expert order, and run the same grouped math over that compact stack: bit for bit
+        what the full stack gives (each expert's GEMM and the per-token sum order are the same)."""
+        n_local, k = self.gate_up_proj.shape[0], ids.shape[1]
+        chosen = ids[0].sort().values  # distinct; another rank's experts (id n_local) last
+        safe = chosen.clamp(max=n_local - 1)
+        gate_up = self._dequant(self.gate_up_proj.index_select(0, safe),
+                                self.gate_up_proj_scale_inv.index_select(0, safe), x.dtype)  # fmt: skip
+        down = self._dequant(self.down_proj.index_select(0, safe), self.down_proj_scale_inv.index_select(0, safe), x.dtype)
+        rank = torch.searchsorted(chosen, ids[0])
+        compact = torch.where(ids[0] < n_local, rank, k).view(1, k)
+        return self.grouped(x, compact, weights, gate_up, down, out_dtype)

@@ -25,6 +25,9 @@ from kernels.indexer_topk import stable_topk  # the one tie rule, shared with th
 MAX_SCORE_ELEMENTS = 1 << 26
 # Query rows scored per chunk in prefill (each chunk against the keys up to its last position).
 CAUSAL_CHUNK_ROWS = 256
+# Up to this many query rows per sequence (decode, MTP verification) score every key in one chunk:
+# no host sync (decode graphs capture it), and the causal saving would be nil at that length.
+ONE_CHUNK_MAX_ROWS = 16
 
 
 @dataclass
@@ -100,8 +103,8 @@ class Indexer(nn.Module):
         # of the [T, H, S] scores (as DeepSeek's reference and vLLM do).
         w = meta.to_padded(head_weights.float() * (self.n_heads**-0.5 * self.head_dim**-0.5))  # [B, T, H]
         keys_t = keys.transpose(1, 2)
-        if t == 1:  # decode: one row against every visible key (no host sync: compiled decode traces this)
-            chunks = [(0, 1, s)]
+        if t <= ONE_CHUNK_MAX_ROWS:  # decode / verification: every row against every key, no host sync
+            chunks = [(0, t, s)]
         else:
             # Prefill: chunks of query rows, each scored only against the keys up to its last
             # position (causal: about half the work of scoring all S keys), which also bounds the

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from inference.forward_batch import AttentionMetadata
+from inference.forward_batch import AttentionMetadata, live_slots
 from inference.kv_formats import Fp8IndexerRows, Fp8LatentRows
 
 
@@ -51,9 +51,7 @@ def indexer_slots(
     from kernels import indexer_topk
     from kernels.indexer_topk_fused import indexer_topk_fp8
 
-    key_pos = torch.arange(meta.max_seq_len, device=positions.device)
-    live = key_pos.unsqueeze(0) < meta.seq_lens.unsqueeze(1)
-    key_slots = torch.where(live, meta.key_slots, -1).to(torch.int32)
+    key_slots = meta.live_key_slots if meta.live_key_slots is not None else live_slots(meta.key_slots, meta.seq_lens)
     w = head_weights.float()
     key_cache = key_rows.dense()
     if key_cache is not None:
@@ -66,7 +64,7 @@ def indexer_slots(
     flat_slots = meta.key_slots.reshape(-1)
     local = torch.arange(flat_slots.numel(), device=positions.device).view_as(meta.key_slots)
     selected = indexer_topk(
-        q, w, key_rows.gather(flat_slots), torch.where(live, local, -1).to(torch.int32), meta.seq_of_token,
+        q, w, key_rows.gather(flat_slots), torch.where(key_slots >= 0, local, -1).to(torch.int32), meta.seq_of_token,
         positions, topk, softmax_scale, backend=backend,
     ).slots  # fmt: skip
     return torch.where(selected >= 0, flat_slots[selected.clamp_min(0).long()], -1).to(torch.int32)

@@ -174,7 +174,9 @@ class MLAttention(nn.Module):
     def _absorb_values(self, out_lat: torch.Tensor) -> torch.Tensor:
         w_uv = self.kv_b_proj.weight.view(self.n_heads, self.nope + self.v_dim, self.rank)[:, self.nope :]
         out = torch.bmm(out_lat.transpose(0, 1), w_uv.transpose(1, 2))  # [H, N, v]
-        return out.transpose(0, 1).reshape(-1, self.n_heads * self.v_dim)
+        # clone, not reshape: whether reshape could return a view depends on N == 1, which a traced
+        # step would have to guard on (one graph more for decode graphs).
+        return out.transpose(0, 1).clone(memory_format=torch.contiguous_format).view(-1, self.n_heads * self.v_dim)
 
     def _kernel_attention(self, q_nope, q_pe, latent_cache, slots, meta, mode: str, backend: str) -> torch.Tensor:
         """[N, H * v]: absorbed over the selected rows, but expanded for the tokens `plan` picks."""
@@ -232,8 +234,10 @@ class MLAttention(nn.Module):
         hidden = ~meta.from_padded(selection.valid).unsqueeze(1)  # [N, 1, K]
         out = q.new_empty(n, h, self.rank)
         rows = max(1, SPARSE_GATHER_ELEMENTS // (k * q.shape[-1]))  # bound the gathered [rows, K, D]
-        for r0 in range(0, n, rows):
-            r1 = min(n, r0 + rows)
+        # NOTE: a decode step is one block, decided by a comparison, not a loop over range(n):
+        # traced with a symbolic n, a loop would fix n to the value it was traced with.
+        blocks = [(0, n)] if n <= rows else [(r0, min(n, r0 + rows)) for r0 in range(0, n, rows)]
+        for r0, r1 in blocks:
             keys = latent_cache.gather(slots[r0:r1].reshape(-1)).to(q.dtype).view(r1 - r0, k, -1)
             scores = torch.bmm(q[r0:r1], keys.transpose(1, 2)) * self.scale  # [rows, H, K]
             scores = scores.masked_fill(hidden[r0:r1], float("-inf"))

@@ -75,22 +75,12 @@ class RoutedExperts(nn.Module):
         h, i = config.hidden_size, parallel.expert_intermediate(config.moe_intermediate_size)[1]
         self.gate_up_proj = nn.Parameter(torch.empty(e, 2 * i, h))
         self.down_proj = nn.Parameter(torch.empty(e, h, i))
-        self._gate_up_t: list[torch.Tensor] | None = None
-        self._down_t: list[torch.Tensor] | None = None
 
     def fuse(self) -> None:
         # CPU only: the GPU kernels expect the packed [E, out, in] rows as loaded.
         if self.gate_up_proj.device.type == "cpu":
             self.gate_up_proj = column_major(self.gate_up_proj)
             self.down_proj = column_major(self.down_proj)
-        self._build_expert_views()
-
-    def _build_expert_views(self) -> None:
-        """Per-expert [in, out] views for the batch-1 path: a Python list lookup instead of a select
-        and a transpose op per expert per step. NOTE: views of the parameters; they stay valid
-        because nothing replaces those tensors after loading."""
-        self._gate_up_t = [w.t() for w in self.gate_up_proj.detach().unbind(0)]
-        self._down_t = [w.t() for w in self.down_proj.detach().unbind(0)]
 
     @property
     def is_sharded(self) -> bool:
@@ -115,69 +105,50 @@ class RoutedExperts(nn.Module):
 
     def grouped(self, x, ids, weights, gate_up: torch.Tensor, down: torch.Tensor,
                 out_dtype: torch.dtype | None = None) -> torch.Tensor:
-        """The native path over the given expert stacks (fp8_experts.py passes dequantized ones)."""
+        """The native path over the given expert stacks (fp8_experts.py passes dequantized ones),
+        summed in `out_dtype` (default x's).
+
+        NOTE: no host sync where grouped_mm takes the dtype (every decode step of a CUDA graph or
+        of the no-sync test): the expert counts come from a fixed-size scatter, not bincount
+        (whose output size depends on the ids), and another rank's assignments stay in the
+        sorted list with weight 0 instead of being cut off at a count read on the host."""
         acc = out_dtype or x.dtype
         n, k = ids.shape
         n_experts = gate_up.shape[0]
         flat = ids.reshape(-1)
-        order = flat.argsort(stable=True)
-        counts = torch.bincount(flat, minlength=n_experts)
-        if self.is_sharded:  # foreign assignments sort last (id E_local): keep the local ones
-            counts = counts[:n_experts]
-            order = order[: int(counts.sum())]
+        order = flat.argsort(stable=True)  # another rank's experts (id E_local) sort last
+        counts = torch.zeros(n_experts + 1, dtype=torch.long, device=ids.device)
+        counts = counts.scatter_add_(0, flat, torch.ones_like(flat))[:n_experts]
         token = order // k
-        if token.numel() == 0:  # every assignment went to another rank's experts
-            return torch.zeros_like(x, dtype=acc)
         xs = x.index_select(0, token)
-        if _grouped_mm is not None and x.dtype in _GROUPED_DTYPES.get(x.device.type, ()) and n * k >= n_experts:
+        route = weights.reshape(-1)[order].unsqueeze(-1)
+        if _grouped_mm is not None and x.dtype in _GROUPED_DTYPES.get(x.device.type, ()) and \
+                not torch.compiler.is_compiling():  # (traced, a GEMM per expert is as fast and takes fp32)
             ends = counts.cumsum(0).to(torch.int32)
             gate, up = _grouped_mm(xs, gate_up.transpose(1, 2), offs=ends).chunk(2, dim=-1)
             ys = _grouped_mm(F.silu(gate) * up, down.transpose(1, 2), offs=ends)
+            if self.is_sharded:  # rows past the last local expert are not computed: drop them
+                ys = torch.where((flat[order] < n_experts).unsqueeze(-1), ys, 0)
         else:
-            ys = self._per_active_expert(xs, counts, gate_up, down)
-        ys = ys.to(acc) * weights.reshape(-1)[order].unsqueeze(-1).to(acc)
+            ys = self._per_expert(xs, counts, gate_up, down)
+        ys = ys.to(acc) * route.to(acc)
         return torch.zeros_like(x, dtype=acc).index_add_(0, token, ys)
 
-    def single_token(self, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
-        """x [1, H] (batch-1 decode) -> base + the weighted routed experts' output.
-
-        The general path's sort / gather / scatter bookkeeping costs more than the k expert GEMVs
-        it organises when there is one token; here each expert is a GEMV pair and its weighted sum
-        lands in `base` (the shared expert's output, in the dtype the sum accumulates in) through
-        addmm's alpha."""
-        y = base
-        if torch.compiler.is_compiling():  # (one process only: compile_decode refuses world > 1)
-            # Traced with capture_scalar_outputs (decode_compiler.py): the expert ids become
-            # symbolic indices, so each expert stays a GEMV on a view of its weights (no gather
-            # copy), and the compiler fuses the weighting into the sum.
-            for j, e in enumerate(ids[0].tolist()):
-                gate, up = F.linear(x, self.gate_up_proj[e]).chunk(2, dim=-1)
-                routed = F.linear(F.silu(gate) * up, self.down_proj[e])
-                y = y + weights[:, j : j + 1].to(y.dtype) * routed
-            return y
-        if self._gate_up_t is None:  # not fused (weights used as constructed)
-            self._build_expert_views()
-        n_local = len(self._gate_up_t)
-        for e, w in zip(ids[0].tolist(), weights[0].tolist()):
-            e -= self.e0
-            if not 0 <= e < n_local:
-                continue  # another rank's expert
-            gate, up = torch.mm(x, self._gate_up_t[e]).chunk(2, dim=-1)
-            y = add_weighted_product(y, F.silu(gate) * up, self._down_t[e], w)
-        return y
-
-    def _per_active_expert(self, xs: torch.Tensor, counts: torch.Tensor, gate_up, down) -> torch.Tensor:
-        """One GEMM pair per expert that received tokens (never per token). Used when there are
-        fewer assignments than experts (decode): grouped_mm's CPU implementation visits every
-        expert, empty or not, which then costs more than the arithmetic."""
-        ys = torch.empty_like(xs)
-        start = 0
-        for e, c in enumerate(counts.tolist()):
-            if c:
-                gate, up = F.linear(xs[start : start + c], gate_up[e]).chunk(2, dim=-1)
-                ys[start : start + c] = F.linear(F.silu(gate) * up, down[e])
-                start += c
-        return ys
+    def _per_expert(self, xs: torch.Tensor, counts: torch.Tensor, gate_up, down) -> torch.Tensor:
+        """One GEMM pair per expert over its slice of the sorted rows (never per token), for dtypes
+        grouped_mm lacks and for batched steps under torch.compile (fp32). Reads the counts on
+        the host; compiled, they are symbolic sizes and an empty slice costs next to nothing.
+        Rows of another rank's experts (past the last count) stay zero."""
+        sizes = counts.tolist()
+        local = xs if not self.is_sharded else xs[: sum(sizes)]  # (sharded steps run eagerly)
+        outs, compiling = [], torch.compiler.is_compiling()
+        for e, part in enumerate(local.split(sizes, dim=0)):
+            if not compiling and not sizes[e]:
+                continue
+            gate, up = F.linear(part, gate_up[e]).chunk(2, dim=-1)
+            outs.append(F.linear(F.silu(gate) * up, down[e]))
+        outs.append(xs.new_zeros(xs.shape[0] - local.shape[0], xs.shape[1]))
+        return torch.cat(outs)
 
 
 class MoE(nn.Module):
@@ -199,8 +170,6 @@ class MoE(nn.Module):
         if self.dp is not None:
             return self._dp_forward(x, kernels, acc)
         ids, weights = self.gate(x)
-        if kernels is None and x.shape[0] == 1:
-            return self.experts.single_token(x, ids, weights, self.shared_experts(x, acc))
         return self.experts(x, ids, weights, kernels, acc) + self.shared_experts(x, acc)
 
     def _dp_forward(self, x: torch.Tensor, kernels: str | None, acc: torch.dtype) -> torch.Tensor:
@@ -218,10 +187,3 @@ class MoE(nn.Module):
         routed = dp.scatter(partial)
         return routed + self.shared_experts(x, acc) if x.shape[0] else routed
 
-
-def add_weighted_product(y: torch.Tensor, a: torch.Tensor, b: torch.Tensor, w: float) -> torch.Tensor:
-    """y + w * (a @ b): one addmm when y has a's dtype, else (an fp32 partial sum) the product in
-    a's dtype added to y in y's."""
-    if y.dtype == a.dtype:
-        return torch.addmm(y, a, b, alpha=w)
-    return torch.add(y, torch.mm(a, b), alpha=w)

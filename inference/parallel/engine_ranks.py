@@ -26,8 +26,10 @@ def start_ranks(checkpoint: str | Path, config) -> Optional[RankGroup]:
     parallel = config.parallel
     if parallel.world == 1:
         return None
-    if config.compile_decode:
-        raise ValueError("compile_decode: not supported with tensor_parallel_size > 1")
+    if config.resolved_decode_graphs() and not (config.device.startswith("cuda") and parallel.backend != "gloo"):
+        raise ValueError(f"decode graphs with tensor_parallel_size={parallel.world}: need CUDA and NCCL (gloo's "
+                         "in-place collectives can be neither captured nor traced by torch.compile); turn "
+                         "decode_graphs off (--no-cuda-graphs) to run these ranks eagerly")
     from inference.glm5_next.describe import is_flash_checkpoint
 
     if is_flash_checkpoint(Path(checkpoint)):

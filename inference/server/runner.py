@@ -60,9 +60,8 @@ def serve(state: ServerState, host: str = "127.0.0.1", port: int = 8000, log_lev
     config = uvicorn.Config(create_app(state), log_level=log_level, timeout_graceful_shutdown=5)
     with state.engine:
         engine = state.engine
-        compiler = engine.model.decode_compiler
-        decode = "" if compiler is None else (
-            "; decode compiled" if compiler.failure is None else f"; decode eager, compiling failed: {compiler.failure}")
+        graphs = getattr(engine.runner, "graphs", None)  # (GLM-5.3-Flash's runner has none)
+        decode = "" if graphs is None else f"; {graphs.describe()}"
         print(f"horizon serve: {state.model_name} ({state.defaults.variant} template) on http://{host}:"
               f"{sock.getsockname()[1]}/v1 (KV cache {engine.config.kv_cache_dtype}: "
               f"{engine.cache_bytes_per_token:,} B/token; weights {engine.config.resolved_weight_format()}{decode})",

@@ -34,13 +34,18 @@ def test_single_request_matches_transformers(engine_checkpoint, hf_greedy):
     assert res.finish_reason == "length" and res.usage.completion_tokens == 12
 
 
-def test_compiled_decode_matches_transformers(engine_checkpoint, hf_greedy):
-    eng = engine(engine_checkpoint, compile_decode=True)
-    assert eng.model._decode_compiler.calls == 2  # both graphs compiled at start-up
-    assert eng.allocator.num_free == eng.num_device_pages  # on pages given back
-    (res,) = eng.generate([greedy(PROMPTS[0], 12)])
-    assert res.token_ids == hf_greedy(tuple(PROMPTS[0]), 12)
-    assert eng.model._decode_compiler.calls == 2 + 11  # every step after the prefill's first token
+def test_decode_graphs_match_transformers(engine_checkpoint, hf_greedy):
+    """EngineConfig(decode_graphs=True) on a CPU: decode steps through torch.compile (built at
+    start-up), three sequences padded to the batch bucket of four."""
+    eng = engine(engine_checkpoint, decode_graphs=True, graph_max_batch=4)
+    graphs = eng.runner.graphs
+    assert graphs.mode == "compile" and graphs.compilers["target"].calls == 2  # built at start-up
+    assert eng.allocator.num_free == eng.num_device_pages  # the padding rows' page is not the allocator's
+    prompts = PROMPTS[:3]
+    results = eng.generate([greedy(p, 12) for p in prompts])
+    for p, r in zip(prompts, results):
+        assert r.token_ids == hf_greedy(tuple(p), 12)
+    assert graphs.compilers["target"].calls == 2 + 11 and graphs.compilers["target"].failure is None
 
 
 def test_eight_staggered_requests_match_transformers(engine_checkpoint, hf_greedy):
