@@ -79,6 +79,10 @@ class OverlapScheduler:
         self.launcher = launcher
         self.engine.runner.barrier = launcher.barrier
 
+    def describe(self) -> str:
+        where = "forward on a worker thread" if self.launcher.threaded else "kernels queued inline"
+        return f"overlap schedule ({where})"
+
     @property
     def pending(self) -> bool:
         return self.inflight is not None

@@ -239,3 +239,20 @@ def test_overlap_settings_are_validated_at_the_edge(engine_checkpoint):
     assert not EngineConfig(kv_budget_tokens=64, device="cuda", num_speculative_tokens=2).resolved_overlap_schedule()
     eng = _engine(engine_checkpoint, None, num_speculative_tokens=2)
     assert eng.overlap is None
+
+
+def test_horizon_serve_overlap_flags(engine_checkpoint, capsys):
+    import argparse
+
+    from inference.cli_serve import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    parse = lambda *a: parser.parse_args(["serve", "--model", str(engine_checkpoint), *a])  # noqa: E731
+    assert parse().overlap_schedule is None  # EngineConfig decides
+    assert parse("--overlap-schedule").overlap_schedule is True
+    assert parse("--no-overlap-schedule").overlap_schedule is False
+    args = parse("--overlap-schedule", "--speculative-tokens", "2")
+    assert args.func(args) == 2  # refused before anything loads, naming both settings
+    err = capsys.readouterr().err
+    assert "overlap_schedule=True and num_speculative_tokens=2 contradict" in err, err
