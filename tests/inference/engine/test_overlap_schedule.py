@@ -164,6 +164,20 @@ def test_aborts_mid_stream_emit_and_count_only_what_was_streamed(engines):
     assert _outputs(outs[True]) == _outputs(outs[False])
 
 
+def test_the_background_loop_overlaps_and_shuts_down_cleanly(engines):
+    """The server's path: the engine's own thread steps; requests arrive while steps are in flight."""
+    reqs = lambda: [GenerateRequest(prompt_ids=make_prompt(370 + i, 6 + 8 * i), request_id=f"b{i}",  # noqa: E731
+                                    params=_params(i, max_tokens=10)) for i in range(4)]  # fmt: skip
+    expected = engines[False].generate(reqs())
+    eng = engines[True]
+    chained = eng.overlap.steps["chained"]
+    with eng:
+        handles = [eng.submit(r) for r in reqs()]
+        got = [h.result() for h in handles]
+    assert _outputs(got) == _outputs(expected) and eng.overlap.steps["chained"] > chained
+    _assert_clean(eng, [r.prompt_ids + g.token_ids for r, g in zip(reqs(), got)])
+
+
 def test_preemption_under_a_tiny_kv_budget(engine_checkpoint):
     prompts = [make_prompt(340 + i, 14 + 5 * i) for i in range(5)]
     outs = {}
