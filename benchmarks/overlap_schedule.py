@@ -7,9 +7,11 @@ a worker thread). Printed per batch size, as JSON:
 
 - decode tokens/s of each and their ratio (overlap / serial; decode = a full run minus a
   one-token run, which is prefill);
-- per decode step: wall ms, forward ms (the runner's target forward, on whichever thread runs
-  it) and host ms (the engine thread's time in the step not spent waiting for the forward:
-  scheduling, sampling on the host when serial, stop checks, emitting), and host / forward.
+- per decode step: wall ms; forward ms (the runner's target forward: wall time where it runs on a
+  CPU, CUDA-event time on a GPU); exposed host ms = wall - forward (the time the forward is not
+  running: scheduling, sampling and stop checks on the host, emitting, not hidden behind it);
+  engine-thread ms (the engine thread's time in the step not spent waiting for a forward); and
+  exposed / forward.
 
     python benchmarks/overlap_schedule.py             # small preset, batches 1 and 16, 64 new tokens
     python benchmarks/overlap_schedule.py --quick     # tiny preset, a few tokens (CI)
@@ -36,12 +38,14 @@ from inference.random_checkpoint import write_random_checkpoint  # noqa: E402
 
 
 class StepClock:
-    """Wall time of the engine's steps and of its target forwards (wrapped instance methods)."""
+    """Wall time of the engine's steps and the time of its target forwards (wrapped instance methods)."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
         self.step_s = self.forward_s = 0.0
         self.steps = 0
+        self.cuda = engine.kv_cache.device.type == "cuda"
+        self._events: list = []  # CUDA: (start, end) event pairs around each forward, read at snapshot
         step, execute = engine.step, engine.runner.execute
 
         def timed_step():
@@ -51,20 +55,32 @@ class StepClock:
             self.steps += 1
 
         def timed_execute(cmd):
+            if not isinstance(cmd, TargetStep):
+                return execute(cmd)
+            if self.cuda:
+                pair = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                pair[0].record()
+                out = execute(cmd)
+                pair[1].record()
+                self._events.append(pair)
+                return out
             start = time.perf_counter()
             out = execute(cmd)
-            if isinstance(cmd, TargetStep):
-                self.forward_s += time.perf_counter() - start
+            self.forward_s += time.perf_counter() - start
             return out
 
         engine.step, engine.runner.execute = timed_step, timed_execute
 
     def snapshot(self) -> tuple[float, float, float, int]:
+        if self._events:
+            torch.cuda.synchronize()
+            self.forward_s += sum(a.elapsed_time(b) for a, b in self._events) / 1e3
+            self._events.clear()
         wait = self.engine.overlap.wait_s if self.engine.overlap is not None else None
         return self.step_s, self.forward_s, wait, self.steps
 
 
-def run(engine: Engine, prompts: list[list[int]], new_tokens: int, stop: list[str] = ()) -> float:
+def run(engine: Engine, prompts: list[list[int]], new_tokens: int, stop: list[str] = ()) -> tuple[float, list[list[int]]]:
     params = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True, stop=list(stop))
     start = time.perf_counter()
     results = engine.generate([GenerateRequest(prompt_ids=p, params=params) for p in prompts])
@@ -85,9 +101,10 @@ def measure(engine: Engine, clock: StepClock, batch_prompts, new_tokens: int, st
     total, tokens = run(engine, batch_prompts, new_tokens, stop)
     after = clock.snapshot()
     step_s, forward_s, steps = after[0] - before[0], after[1] - before[1], after[3] - before[3]
-    waited = forward_s if after[2] is None else after[2] - before[2]
+    # Serial on a CPU the engine thread runs the forward itself; on CUDA it waits in the token read.
+    waited = (after[2] - before[2]) if after[2] is not None else (0.0 if clock.cuda else forward_s)
     return {"prefill": prefill, "total": total, "tokens": tokens, "step_s": step_s, "forward_s": forward_s,
-            "host_s": step_s - waited, "steps": steps}
+            "engine_thread_s": step_s - waited, "steps": steps}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--batches", default="1,16")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0: torch default)")
     p.add_argument("--reps", type=int, default=3, help="interleaved rounds; each side keeps its best")
     p.add_argument("--stop", action="store_true", help="requests carry a stop string that never matches "
@@ -118,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         engines, clocks = {}, {}
         for overlap in (False, True):
             engines[overlap] = Engine(path, EngineConfig(
-                dtype="float32", kv_budget_tokens=kv, page_size=64, max_batch_tokens=4096, chunk_size=4096,
+                dtype=a.dtype, device=a.device, kv_budget_tokens=kv, page_size=64, max_batch_tokens=4096, chunk_size=4096,
                 enable_prefix_cache=False, overlap_schedule=overlap), detokenize=detokenize)  # fmt: skip
             clocks[overlap] = StepClock(engines[overlap])
         vocab = engines[False].model_config.vocab_size
@@ -138,12 +157,14 @@ def main(argv: list[str] | None = None) -> int:
             rate = {k: decode_tokens / max(1e-9, r["total"] - r["prefill"]) for k, r in best.items()}
             per_step = {name: {"step_ms": round(1e3 * r["step_s"] / r["steps"], 3),
                                "forward_ms": round(1e3 * r["forward_s"] / r["steps"], 3),
-                               "host_ms": round(1e3 * r["host_s"] / r["steps"], 3),
-                               "host_over_forward": round(r["host_s"] / max(1e-9, r["forward_s"]), 3)}
+                               "exposed_host_ms": round(1e3 * max(0.0, r["step_s"] - r["forward_s"]) / r["steps"], 3),
+                               "engine_thread_ms": round(1e3 * r["engine_thread_s"] / r["steps"], 3),
+                               "exposed_over_forward": round(max(0.0, r["step_s"] - r["forward_s"])
+                                                             / max(1e-9, r["forward_s"]), 3)}
                         for name, r in (("serial", serial), ("overlap", over))}  # fmt: skip
             print(json.dumps({
                 "batch": b, "preset": a.preset, "prompt_len": a.prompt_len, "new_tokens": a.new_tokens,
-                "threads": torch.get_num_threads(), "stop_strings": a.stop,
+                "threads": torch.get_num_threads(), "stop_strings": a.stop, "device": a.device,
                 "serial_decode_tok_s": round(rate[False], 2), "overlap_decode_tok_s": round(rate[True], 2),
                 "decode_ratio": round(rate[True] / rate[False], 3),
                 "step_ms_ratio": round(per_step["serial"]["step_ms"] / max(1e-9, per_step["overlap"]["step_ms"]), 3),
