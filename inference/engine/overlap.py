@@ -8,7 +8,8 @@ sequence the token step N samples, which the host does not know yet: its id is w
 tokens (and logprobs) are the one transfer per step, read after N+1 is launched.
 
 Which steps overlap: decode steps (one token per sequence, no drafts) whose rows sample without
-host state: no grammar, reasoning budget, penalties or logit bias. Sampling runs on the device
+host state: no grammar, penalties or logit bias, and no reasoning budget about to force or ban a
+token (a budget still two tokens or more from spent cannot). Sampling runs on the device
 (sampler.sample_tensors: the same ops as the serial sampler; seeded rows draw the same CPU-keyed
 noise, so seeded outputs are identical). Every other step runs serially (engine.py), after the
 step in flight has been processed.
@@ -104,7 +105,7 @@ class OverlapScheduler:
 
     def try_launch(self, batch: ScheduledBatch) -> bool:
         """Launch a freshly scheduled batch without waiting for it, if it can overlap."""
-        if not all(_decode_item(it) and _device_sampled(it.seq) for it in batch.items):
+        if not all(_decode_item(it) and _device_sampled(it.seq, unread=0) for it in batch.items):
             return False
         self.inflight = self._launch(batch.items)
         return True
@@ -143,6 +144,8 @@ class OverlapScheduler:
                 if it.seq.status is Status.RUNNING and not self._finishes_for_sure(it.seq)]
         if not rows or len(rows) > eng.config.max_batch_tokens:
             return None
+        if not all(_device_sampled(it.seq, unread=1) for _, it in rows):
+            return None  # a reasoning budget may force or ban N+1's token, depending on N's
         ps = eng.config.page_size
         need = sum(max(0, -(-(it.start + 2) // ps) - len(it.seq.pages)) for _, it in rows)
         if need > eng.allocator.num_free:
@@ -193,9 +196,11 @@ def _decode_item(it: ScheduledItem) -> bool:
     return it.seq.in_decode and len(it.token_ids) == 1 and it.num_logits == 1
 
 
-def _device_sampled(seq: Sequence) -> bool:
-    """The row's token needs no host state to sample (grammar masks, a reasoning budget's forced or
-    banned token, penalties over the tokens so far): it can be sampled before the host reads the
-    previous token."""
+def _device_sampled(seq: Sequence, unread: int) -> bool:
+    """The row's next token needs no host state to sample, with `unread` tokens before it still
+    on the device: no grammar mask, no penalties or bias over the tokens so far, and no reasoning
+    budget that could force `</think>` or ban `<think>` by then (it spends at most one token each)."""
     p = seq.params
-    return seq.grammar is None and seq.reasoning is None and not p.penalized and not p.logit_bias
+    rs = seq.reasoning
+    budget_quiet = rs is None or rs.budget is None or rs.spent + unread < rs.budget
+    return seq.grammar is None and budget_quiet and not p.penalized and not p.logit_bias

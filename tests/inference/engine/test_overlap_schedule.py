@@ -20,6 +20,7 @@ from .conftest import make_prompt
 from .mixed_requests import assert_pool_drained
 
 PS = 16
+THINK_START, THINK_END = 1009, 1010  # <think>, </think> in the tiny checkpoint's tokenizer
 STOP_IDS = make_prompt(77, 40)  # ~7% of the tiny vocabulary: stop tokens hit at various steps
 
 
@@ -194,16 +195,14 @@ def test_preemption_under_a_tiny_kv_budget(engine_checkpoint):
 
 
 def test_rows_that_need_host_state_fall_back_to_serial_steps(engines):
-    """Penalties, logit bias, a reasoning budget and a grammar need the tokens on the host before
-    sampling: steps holding such rows run serially, with the serial outputs."""
+    """Penalties, logit bias and a grammar need the tokens on the host before sampling: steps
+    holding such rows run serially, with the serial outputs."""
     prompt = make_prompt(350, 12)
     reqs = lambda: [  # noqa: E731
         GenerateRequest(prompt_ids=prompt, params=SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True,
                                                                  frequency_penalty=0.5)),
         GenerateRequest(prompt_ids=prompt, params=SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True,
                                                                  logit_bias={5: 3.0})),
-        GenerateRequest(prompt_ids=prompt, reasoning_effort="low",
-                        params=SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)),
         GenerateRequest(prompt_ids=prompt, params=SamplingParams(temperature=0.0, max_tokens=6,
                                                                  grammar=GrammarSpec(kind="json_object"))),
     ]
@@ -213,6 +212,20 @@ def test_rows_that_need_host_state_fall_back_to_serial_steps(engines):
     got = [eng.generate([r])[0] for r in reqs()]
     assert _outputs(got) == _outputs(serial)
     assert eng.overlap.steps["launched"] == before  # none of them overlapped
+
+
+def test_a_reasoning_budget_overlaps_until_it_could_force_a_token(engines):
+    """Inside <think> with a budget of 4: steps overlap while the budget cannot run out by the step
+    launched, then run serially, and `</think>` is forced where the serial engine forces it."""
+    prompt = make_prompt(351, 10) + [THINK_START]  # the template opened <think>
+    req = lambda: GenerateRequest(prompt_ids=prompt, reasoning_budget=4, reasoning_effort="low",  # noqa: E731
+                                  params=SamplingParams(temperature=0.0, max_tokens=9, ignore_eos=True))
+    (serial,) = engines[False].generate([req()])
+    eng = engines[True]
+    before = eng.overlap.steps["chained"]
+    (got,) = eng.generate([req()])
+    assert _outputs([got]) == _outputs([serial])
+    assert THINK_END in got.token_ids[:5] and eng.overlap.steps["chained"] > before
 
 
 def test_an_overlapped_step_issues_no_host_sync_before_the_next_is_launched(engine_checkpoint):
