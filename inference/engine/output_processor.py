@@ -66,7 +66,8 @@ def process_outputs(items: list[ScheduledItem], out: Optional[TargetOutput], sto
     forward ran (engine.step); later positions (draft verification) are filled here.
 
     `sampled`: position 0's tokens and logprobs, one per item, already sampled on the device (an
-    overlapped step, overlap.py: its items have no drafts, grammar, reasoning budget or penalties)."""
+    overlapped step, overlap.py: its items have no drafts, grammar or penalties, and no reasoning
+    budget forces or bans their token)."""
     outcomes = [ItemOutcome(it, i) for i, it in enumerate(items)]
     live = [o for o in outcomes if o.item.num_logits > 0]
     j = 0

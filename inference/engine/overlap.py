@@ -47,15 +47,15 @@ if TYPE_CHECKING:
 
 def overlap_scheduler(engine: "Engine", flash: bool) -> Optional["OverlapScheduler"]:
     """The engine's overlap scheduler, or None when its steps run serially (EngineConfig
-    .overlap_schedule; MTP and several ranks are refused there already)."""
+    .overlap_schedule; MTP and several ranks, DP attention included, are refused there already)."""
     config = engine.config
     if not config.resolved_overlap_schedule():
         return None
-    why = "GLM-5.3-Flash checkpoints" if flash else ("DP attention" if engine.dp is not None else None)
-    if why is None:
+    if not flash:
         return OverlapScheduler(engine)
-    if config.overlap_schedule:
-        raise ValueError(f"overlap_schedule=True: {why} step serially; set overlap_schedule to False or None")
+    if config.overlap_schedule:  # (its runner keeps recurrent-state slots per step: not wired here)
+        raise ValueError("overlap_schedule=True: GLM-5.3-Flash checkpoints step serially; "
+                         "set overlap_schedule to False or None")
     return None
 
 
