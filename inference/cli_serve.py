@@ -33,6 +33,10 @@ def register(subparsers) -> None:
                         "on CPU, built at start-up (default: on for CUDA, off on CPU)")
     p.add_argument("--compile-decode", dest="decode_graphs", action="store_const", const=True,
                    help="the earlier name of --cuda-graphs (on CPU: torch.compile; start-up pays tens of seconds)")
+    p.add_argument("--overlap-schedule", dest="overlap_schedule", action=argparse.BooleanOptionalAction, default=None,
+                   help="launch each decode step before reading the previous one's tokens (default: on for CUDA "
+                        "with one rank and no --speculative-tokens, off on CPU, where the forward then runs on a "
+                        "worker thread)")
     p.add_argument("--graph-max-batch", type=int, default=None, help="largest decode batch served by a graph (64)")
     p.add_argument("--kv-budget-tokens", type=int, default=None,
                    help="device KV cache size in tokens (default: the model's context, at most 65536 tokens / 8 GiB)")
@@ -96,6 +100,7 @@ def _serve(args: argparse.Namespace) -> int:
             host_budget_tokens=args.host_budget_tokens, max_running=args.max_running,
             session_ttl_s=args.session_ttl, num_speculative_tokens=args.speculative_tokens,
             decode_graphs=args.decode_graphs, graph_max_batch=args.graph_max_batch, parallel=parallel,
+            overlap_schedule=args.overlap_schedule,
             weight_format=args.weight_format, max_image_bytes=args.max_image_bytes,
         )
     except EngineSettingsError as exc:

@@ -33,6 +33,7 @@ import torch
 
 from inference.decode_compiler import StepCompiler
 from inference.engine.decode_buffers import DecodeBuffers, StepShape
+from inference.engine.model_runner import resolve_future_ids
 from inference.layers.indexer import TopkSelection
 from inference.model import DraftSelection, ModelOutput
 from inference.static_step import StepInputs
@@ -195,7 +196,8 @@ class DecodeGraphs:
     # ---- the runner's entry points: None = not a uniform step this runner serves ----
     @torch.inference_mode()
     def target(self, tokens: list[list[int]], starts: list[int], pages: list[list[int]], num_logit_rows: int,
-               want_hidden: bool) -> ModelOutput | None:  # fmt: skip
+               want_hidden: bool, future: torch.Tensor | None = None) -> ModelOutput | None:  # fmt: skip
+        """`future`: the tokens that negative ids name (model_runner.resolve_future_ids)."""
         t = len(tokens[0]) if tokens else 0
         sig = Signature("target", t, False)
         n = len(tokens) * t
@@ -207,6 +209,9 @@ class DecodeGraphs:
         if shape is None:
             return None
         self.buffers.stage(shape, tokens, starts, pages, self._pad)
+        if future is not None:  # outside any graph: the staged ids are fixed up in place
+            ids = self.buffers.views(shape).input_ids
+            ids.copy_(resolve_future_ids(ids, future))
         res = self._run(sig, shape)
         self.steps["target"] += 1
         hidden = res.hidden[:n]

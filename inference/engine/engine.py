@@ -20,6 +20,7 @@ from inference.engine.host_tier import HostTier
 from inference.engine.model_runner import ModelRunner
 from inference.engine.multimodal import check_request_images
 from inference.engine.output_processor import StopChecker, process_outputs
+from inference.engine.overlap import overlap_scheduler
 from inference.engine.page_allocator import PageAllocator
 from inference.engine.pool_stats import count_hits, new_hits, pool_stats
 from inference.engine.radix_cache import RadixCache
@@ -65,7 +66,7 @@ class Engine:
             from inference.glm5_next.engine_runner import build_flash_parts
 
             build_flash_parts(self, checkpoint_path, config, clock)
-            return self._build_common(checkpoint_path, config, detokenize)
+            return self._build_common(checkpoint_path, config, detokenize, flash=True)
 
         device = config.device if self.ranks is None else self.ranks.device
         parallel = None if self.ranks is None else self.ranks.state
@@ -128,7 +129,7 @@ class Engine:
                                        config.num_speculative_tokens, self.num_device_pages if graphs else None)
         self.runner.setup_decode_graphs(settings)
 
-    def _build_common(self, checkpoint_path, config: EngineConfig, detokenize) -> None:
+    def _build_common(self, checkpoint_path, config: EngineConfig, detokenize, flash: bool = False) -> None:
         start_id, end_id = think_token_ids(Path(checkpoint_path))
         self.think_start_id = config.think_start_id if config.think_start_id is not None else start_id
         self.think_end_id = config.think_end_id if config.think_end_id is not None else end_id
@@ -148,6 +149,7 @@ class Engine:
         self._stopping = False
         self.num_steps = 0
         self._hit_tokens = new_hits()
+        self.overlap = overlap_scheduler(self, flash)  # None: every step is serial
 
     def _rank_failed(self, reason: str) -> None:
         """From the rank monitor: a follower died. Fail everything now; nothing can run again."""
@@ -272,6 +274,8 @@ class Engine:
             self._thread = None
         # Nobody will step for them any more: finish what is left as aborted.
         with self._step_lock:
+            if self.overlap is not None:
+                self.overlap.close()  # the tokens of a step in flight reach their requests first
             self._take_inbox()
             for seq, _ in list(self._live.values()):
                 self._emit(seq, [], [], ("abort", None))
@@ -299,7 +303,8 @@ class Engine:
     def _loop(self) -> None:
         while True:
             with self._lock:
-                while not self._stopping and not self._inbox and not self._aborts and not self.scheduler.has_work():
+                while not self._stopping and not self._inbox and not self._aborts and not self.scheduler.has_work() \
+                        and not (self.overlap is not None and self.overlap.pending):
                     self._wake.wait()
                 if self._stopping:
                     return
@@ -315,6 +320,8 @@ class Engine:
 
     def _fail_all(self, exc: Exception) -> None:
         with self._step_lock:
+            if self.overlap is not None:
+                self.overlap.reset()
             with self._lock:
                 pending, self._inbox = self._inbox, []
             live = list(self._live.values()) + pending
@@ -341,6 +348,10 @@ class Engine:
     def step(self) -> None:
         with self._step_lock:
             self._take_inbox()
+            # Overlap scheduling (overlap.py): a decode step may already be in flight; it launches
+            # the next one if it can, then processes this one.
+            if self.overlap is not None and self.overlap.step():
+                return
             batch = self.scheduler.schedule()
             if batch is None:
                 if self.scheduler.waiting and not self.scheduler.running:
@@ -348,6 +359,8 @@ class Engine:
                     # loudly rather than spin.
                     raise RuntimeError(f"scheduler cannot admit {self.scheduler.waiting[0].request_id} "
                                        f"with {self.allocator.num_free} free pages and nothing running")
+                return
+            if self.overlap is not None and self.overlap.try_launch(batch):
                 return
             self.num_steps += 1
             want_hidden = self.drafter is not None
@@ -358,21 +371,25 @@ class Engine:
             first_masks = grammar.prefetch([it.seq.grammar if it.num_logits > 0 else None for it in batch.items]) \
                 if grammar is not None and self.kv_cache.device.type == "cuda" else None
             out = self.runner.run_target(batch.items, want_hidden)
-            outcomes = process_outputs(batch.items, out, self.stops, grammar, first_masks)
-            catch_up = []
-            for o in outcomes:
-                seq = o.item.seq
-                seq.num_computed = o.item.start + o.num_valid
-                if o.item.num_logits <= 1 and o.finish is None:
-                    self.scheduler.cache_prefix(seq)
-                seq.spec_drafted += o.item.num_drafts
-                seq.spec_accepted += o.accepted
-                if o.finish is None and self.drafter is not None:
-                    catch_up.append(CatchUp(seq, o.item.start, o.num_valid, out.token_rows[o.index]))
-            if self.drafter is not None:
-                self.drafter.step(catch_up)
-            for o in outcomes:
-                self._emit(o.item.seq, o.new_tokens, o.logprobs, o.finish)
+            self._apply_outcomes(process_outputs(batch.items, out, self.stops, grammar, first_masks), out)
+
+    def _apply_outcomes(self, outcomes, out) -> None:
+        """A step's sampled tokens into the sequences: computed KV, prefix sharing, MTP drafts
+        (`out`: the step's TargetOutput, needed with MTP only), then the clients' deltas."""
+        catch_up = []
+        for o in outcomes:
+            seq = o.item.seq
+            seq.num_computed = o.item.start + o.num_valid
+            if o.item.num_logits <= 1 and o.finish is None:
+                self.scheduler.cache_prefix(seq)
+            seq.spec_drafted += o.item.num_drafts
+            seq.spec_accepted += o.accepted
+            if o.finish is None and self.drafter is not None:
+                catch_up.append(CatchUp(seq, o.item.start, o.num_valid, out.token_rows[o.index]))
+        if self.drafter is not None:
+            self.drafter.step(catch_up)
+        for o in outcomes:
+            self._emit(o.item.seq, o.new_tokens, o.logprobs, o.finish)
 
     def _take_inbox(self) -> None:
         with self._lock:

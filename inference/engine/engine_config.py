@@ -44,6 +44,10 @@ class EngineConfig(BaseModel):
     # The earlier name of decode_graphs=True (CPU torch.compile of decode steps); still accepted.
     compile_decode: bool = False
     graph_max_batch: int = Field(default=64, ge=1)
+    # Overlap scheduling (inference/engine/overlap.py): while a decode step runs on the device the
+    # host processes the previous step's tokens and launches the next. None: on for CUDA, off on
+    # CPU (where the forward then runs on a worker thread). Not with MTP speculation or several ranks.
+    overlap_schedule: Optional[bool] = None
     # How FP8 checkpoint weights live in memory (inference/layers/fp8_linear.py): "dequant" expands
     # them to `dtype` at load; "fp8" keeps e4m3 + block scales and dequantizes per call (W8A16);
     # "fp8_w8a8" keeps them and runs the block-scaled FP8 GEMM. "auto": dequant on CPU, fp8_w8a8
@@ -98,6 +102,24 @@ class EngineConfig(BaseModel):
             raise ValueError("compile_decode=True and decode_graphs=False contradict each other "
                              "(compile_decode is the earlier name of decode_graphs=True)")
         return self
+
+    @model_validator(mode="after")
+    def _overlap_supported(self) -> "EngineConfig":
+        if self.overlap_schedule and self.num_speculative_tokens > 0:
+            raise ValueError(f"overlap_schedule=True and num_speculative_tokens={self.num_speculative_tokens} "
+                             "contradict each other: the overlap scheduler does not run MTP speculation "
+                             "(set one of them off)")
+        if self.overlap_schedule and self.parallel.world > 1:
+            raise ValueError(f"overlap_schedule=True with {self.parallel.world} ranks: tensor/expert/data "
+                             "parallel engines step serially (followers need every step's tokens); "
+                             "set overlap_schedule to False or None")
+        return self
+
+    def resolved_overlap_schedule(self) -> bool:
+        """Explicit settings win; by default on for single-rank CUDA engines without MTP."""
+        if self.overlap_schedule is not None:
+            return self.overlap_schedule
+        return self.device.startswith("cuda") and self.num_speculative_tokens == 0 and self.parallel.world == 1
 
     def resolved_decode_graphs(self) -> bool:
         """Explicit settings win; by default graphs are on for CUDA (NCCL when tensor parallel)."""

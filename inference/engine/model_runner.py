@@ -56,6 +56,12 @@ def build_forward_batch(tokens: list[list[int]], starts: list[int], pages: list[
     )
 
 
+def resolve_future_ids(ids: torch.Tensor, future: torch.Tensor) -> torch.Tensor:
+    """Token ids with every -(i + 1) replaced by future[i], on the device (no host sync)."""
+    rows = (-ids - 1).clamp(0, future.shape[0] - 1)
+    return torch.where(ids < 0, future.index_select(0, rows), ids)
+
+
 # MTP input for one sequence: positions [start, start+len(next_ids)), each paired with the token
 # that follows it and the target (or previous draft's) hidden state at it, by reference.
 MtpSpan = MtpSpanSpec
@@ -91,6 +97,11 @@ class ModelRunner:
         # Uniform steps (decode, MTP verification and drafts) through fixed buffers, eagerly or as
         # graphs (decode_graphs.py); None until set up: every step takes the general forward.
         self.graphs = None
+        # Overlap scheduling (overlap.py): the last overlapped step's sampled tokens, on the device.
+        # NOTE: a TargetStep token id -(i + 1) stands for row i of them (a "future" token the host
+        # has not read yet); the forward resolves it on the device.
+        self.sampled_tokens: torch.Tensor | None = None
+        self.barrier: Callable[[], None] = lambda: None  # waits for a step launched on a worker thread
 
     def _batch(self, tokens: list[list[int]], starts: list[int], pages: list[list[int]], logit_rows: list[int]) -> ForwardBatch:
         return build_forward_batch(tokens, starts, pages, logit_rows, self.device)
@@ -121,6 +132,7 @@ class ModelRunner:
 
     # ---- what every rank runs ----
     def execute(self, cmd: Command):
+        self.barrier()
         if isinstance(cmd, TargetStep):
             return self._target(cmd)
         if isinstance(cmd, MtpStep):
@@ -158,10 +170,14 @@ class ModelRunner:
     def _target(self, cmd: TargetStep):
         self.fence()
         out = None
+        future = self.sampled_tokens if any(t < 0 for ids in cmd.tokens for t in ids) else None
         if self.graphs is not None:
-            out = self.graphs.target(cmd.tokens, cmd.starts, cmd.pages, len(cmd.logit_rows), cmd.want_hidden)
+            out = self.graphs.target(cmd.tokens, cmd.starts, cmd.pages, len(cmd.logit_rows), cmd.want_hidden,
+                                     future=future)
         if out is None:
             batch = self._batch(cmd.tokens, cmd.starts, cmd.pages, cmd.logit_rows)
+            if future is not None:
+                batch.input_ids = resolve_future_ids(batch.input_ids, future)
             out = self.model.forward_batch(batch, self.cache, return_all_hidden=cmd.want_hidden)
         self._target_hidden = out.all_hidden_states
         return out

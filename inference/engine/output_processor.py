@@ -55,34 +55,35 @@ class StopChecker:
         return None
 
 
-def process_outputs(items: list[ScheduledItem], out: TargetOutput, stops: StopChecker,
-                    grammar=None, first_masks: Optional[Future] = None) -> list[ItemOutcome]:
+def process_outputs(items: list[ScheduledItem], out: Optional[TargetOutput], stops: StopChecker,
+                    grammar=None, first_masks: Optional[Future] = None,
+                    sampled: Optional[tuple[list[int], list]] = None) -> list[ItemOutcome]:
     """Sample position by position (batched over items) so drafts are verified in order, with
     every reasoning-budget, grammar and stop decision seeing the tokens accepted before it.
 
     `grammar` (a GrammarRuntime, None when no request ever had one) fills the masks of the
     constrained rows; `first_masks` holds position 0's masks, one row per item, filled while the
-    forward ran (engine.step); later positions (draft verification) are filled here."""
+    forward ran (engine.step); later positions (draft verification) are filled here.
+
+    `sampled`: position 0's tokens and logprobs, one per item, already sampled on the device (an
+    overlapped step, overlap.py: its items have no drafts, grammar or penalties, and no reasoning
+    budget forces or bans their token)."""
     outcomes = [ItemOutcome(it, i) for i, it in enumerate(items)]
     live = [o for o in outcomes if o.item.num_logits > 0]
     j = 0
     while live:
-        mask = None
-        if j == 0 and first_masks is not None:
-            full = first_masks.result()
-            mask = full[[o.index for o in live]] if full is not None else None
-        elif grammar is not None:
-            mask = grammar.fill([o.item.seq.grammar for o in live])
-        rows = []
-        for o in live:
-            seq, rs = o.item.seq, o.item.seq.reasoning
-            rows.append(SampleRow(seq.params, seq.num_output,
-                                  forced=rs.forced_token() if rs else None,
-                                  banned=rs.banned_token() if rs else None,
-                                  tokens=seq.tokens if seq.params.penalized else None,
-                                  prompt_len=seq.prompt_len))
-        idx = [out.logit_rows[o.index] + j for o in live]
-        tokens, logprobs = sample(out.logits[idx], rows, mask)
+        if j == 0 and sampled is not None:
+            tokens, logprobs = [sampled[0][o.index] for o in live], [sampled[1][o.index] for o in live]
+        else:
+            mask = None
+            if j == 0 and first_masks is not None:
+                full = first_masks.result()
+                mask = full[[o.index for o in live]] if full is not None else None
+            elif grammar is not None:
+                mask = grammar.fill([o.item.seq.grammar for o in live])
+            rows = [sample_row(o.item.seq) for o in live]
+            idx = [out.logit_rows[o.index] + j for o in live]
+            tokens, logprobs = sample(out.logits[idx], rows, mask)
         still = []
         for o, tok, lp in zip(live, tokens, logprobs):
             seq = o.item.seq
@@ -102,3 +103,12 @@ def process_outputs(items: list[ScheduledItem], out: TargetOutput, stops: StopCh
                 still.append(o)
         live, j = still, j + 1
     return outcomes
+
+
+def sample_row(seq: Sequence, output_index: Optional[int] = None) -> SampleRow:
+    """How the sequence's next token is sampled; `output_index`: its index in the output (default:
+    the next one after the tokens the sequence holds)."""
+    rs = seq.reasoning
+    return SampleRow(seq.params, seq.num_output if output_index is None else output_index,
+                     forced=rs.forced_token() if rs else None, banned=rs.banned_token() if rs else None,
+                     tokens=seq.tokens if seq.params.penalized else None, prompt_len=seq.prompt_len)

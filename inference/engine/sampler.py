@@ -34,13 +34,62 @@ def _seeded_noise(seed: int, index: int, vocab: int) -> torch.Tensor:
     return torch.empty(vocab).exponential_(generator=gen)
 
 
+def _to_device(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Host values -> a device tensor without a host sync: on CUDA through pinned memory and a
+    non_blocking copy (a plain copy from pageable memory synchronizes the stream)."""
+    t = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+@dataclass
+class SampledRows:
+    """One sampling call's results where the logits live; nothing has been read on the host yet."""
+
+    tokens: torch.Tensor  # [M] long
+    top_n: dict[int, int]  # row -> params.logprobs, for the rows that asked for logprobs
+    chosen: Optional[torch.Tensor] = None  # [len(top_n)] each such row's logprob of its token
+    top_values: Optional[torch.Tensor] = None  # [len(top_n), max n] its alternatives
+    top_ids: Optional[torch.Tensor] = None
+
+    def to_host(self) -> "SampledRows":
+        """Queue the copy to the host (non_blocking: pinned memory on CUDA; wait on an event
+        recorded after this before `read`)."""
+        if self.tokens.device.type == "cpu":
+            return self
+        move = lambda t: None if t is None else t.to("cpu", non_blocking=True)  # noqa: E731
+        return SampledRows(move(self.tokens), self.top_n, move(self.chosen), move(self.top_values), move(self.top_ids))
+
+    def read(self) -> tuple[list[int], list[Optional[TokenLogprob]]]:
+        """Tokens and logprobs as Python values: the host read (a sync where they are on a device)."""
+        token_list = self.tokens.tolist()
+        logprobs: list[Optional[TokenLogprob]] = [None] * len(token_list)
+        if self.top_n:
+            chosen, top_v, top_i = self.chosen.tolist(), self.top_values.tolist(), self.top_ids.tolist()
+            for j, (i, n) in enumerate(self.top_n.items()):
+                top = list(zip(top_i[j][:n], top_v[j][:n]))
+                logprobs[i] = TokenLogprob(token_id=token_list[i], logprob=chosen[j], top=top)
+        return token_list, logprobs
+
+
 def sample(logits: torch.Tensor, rows: list[SampleRow],
            grammar_mask: Optional[torch.Tensor] = None) -> tuple[list[int], list[Optional[TokenLogprob]]]:
     """logits [M, V] (any dtype, any device) -> one token per row, plus logprobs where asked.
     `grammar_mask` [M, ceil(V/32)] int32 (inference/grammar/matcher.py): bit-packed allowed tokens
     per row, applied to every row in one kernel call; None when no row is constrained."""
+    return sample_tensors(logits, rows, grammar_mask).read()
+
+
+def sample_tensors(logits: torch.Tensor, rows: list[SampleRow],
+                   grammar_mask: Optional[torch.Tensor] = None) -> SampledRows:
+    """`sample` up to the host read: every op stays on the logits' device and none waits for it
+    (the overlap scheduler launches the next step before reading these; inference/engine/overlap.py).
+    Seeded rows' noise is drawn on the host (the CPU generator keyed by seed and output index, so
+    a seeded request's tokens are the same on every device and path) and copied over."""
     logits = logits.float()
     m, vocab = logits.shape
+    dev = logits.device
     masked = logits.clone()
     adjust = [i for i, r in enumerate(rows) if r.params.penalized or r.params.logit_bias]
     if adjust:
@@ -59,34 +108,33 @@ def sample(logits: torch.Tensor, rows: list[SampleRow],
     tokens = masked.argmax(dim=-1)
     random_rows = [i for i, r in enumerate(rows) if not r.params.greedy and r.forced is None]
     if random_rows:
-        idx = torch.tensor(random_rows, device=logits.device)
-        sub = masked[idx]
-        temp = torch.tensor([rows[i].params.temperature for i in random_rows], device=logits.device)
-        top_k = torch.tensor([rows[i].params.top_k or vocab for i in random_rows], device=logits.device)
-        top_p = torch.tensor([rows[i].params.top_p for i in random_rows], device=logits.device)
-        min_p = torch.tensor([rows[i].params.min_p for i in random_rows], device=logits.device)
+        idx = _to_device(random_rows, torch.long, dev)
+        sub = masked.index_select(0, idx)
+        params = [rows[i].params for i in random_rows]
+        temp = _to_device([p.temperature for p in params], torch.float32, dev)
+        top_k = _to_device([p.top_k or vocab for p in params], torch.long, dev)
+        top_p = _to_device([p.top_p for p in params], torch.float32, dev)
+        min_p = _to_device([p.min_p for p in params], torch.float32, dev)
         probs = _filtered_probs(sub / temp[:, None], top_k, top_p, min_p)
         noise = torch.empty_like(probs)
-        unseeded = [j for j, i in enumerate(random_rows) if rows[i].params.seed is None]
+        unseeded = [j for j, p in enumerate(params) if p.seed is None]
         if unseeded:
-            noise[unseeded] = torch.empty(len(unseeded), vocab, device=logits.device).exponential_()
-        for j, i in enumerate(random_rows):
-            if rows[i].params.seed is not None:
-                noise[j] = _seeded_noise(rows[i].params.seed, rows[i].output_index, vocab).to(logits.device)
-        tokens[idx] = (probs / noise).argmax(dim=-1)
+            fresh = torch.empty(len(unseeded), vocab, device=dev).exponential_()
+            noise.index_copy_(0, _to_device(unseeded, torch.long, dev), fresh)
+        seeded = [j for j, p in enumerate(params) if p.seed is not None]
+        if seeded:
+            drawn = torch.stack([_seeded_noise(params[j].seed, rows[random_rows[j]].output_index, vocab) for j in seeded])
+            noise.index_copy_(0, _to_device(seeded, torch.long, dev), _to_device(drawn, torch.float32, dev))
+        tokens.index_copy_(0, idx, (probs / noise).argmax(dim=-1))
 
-    token_list = tokens.tolist()
-    logprobs: list[Optional[TokenLogprob]] = [None] * m
-    want = [i for i, r in enumerate(rows) if r.params.logprobs is not None]
-    if want:
-        lp = torch.log_softmax(logits[want], dim=-1)
-        n_top = max(rows[i].params.logprobs for i in want)
-        top_v, top_i = lp.topk(max(1, n_top), dim=-1)
-        for j, i in enumerate(want):
-            n = rows[i].params.logprobs
-            top = list(zip(top_i[j, :n].tolist(), top_v[j, :n].tolist()))
-            logprobs[i] = TokenLogprob(token_id=token_list[i], logprob=lp[j, token_list[i]].item(), top=top)
-    return token_list, logprobs
+    top_n = {i: r.params.logprobs for i, r in enumerate(rows) if r.params.logprobs is not None}
+    if not top_n:
+        return SampledRows(tokens, top_n)
+    want = _to_device(list(top_n), torch.long, dev)
+    lp = torch.log_softmax(logits.index_select(0, want), dim=-1)
+    chosen = lp.gather(1, tokens.index_select(0, want)[:, None])[:, 0]
+    top_v, top_i = lp.topk(max(1, max(top_n.values())), dim=-1)
+    return SampledRows(tokens, top_n, chosen, top_v, top_i)
 
 
 def _penalized(logits: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:

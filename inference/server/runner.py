@@ -62,6 +62,8 @@ def serve(state: ServerState, host: str = "127.0.0.1", port: int = 8000, log_lev
         engine = state.engine
         graphs = getattr(engine.runner, "graphs", None)  # (GLM-5.3-Flash's runner has none)
         decode = "" if graphs is None else f"; {graphs.describe()}"
+        overlap = getattr(engine, "overlap", None)
+        decode += "" if overlap is None else f"; {overlap.describe()}"
         print(f"horizon serve: {state.model_name} ({state.defaults.variant} template) on http://{host}:"
               f"{sock.getsockname()[1]}/v1 (KV cache {engine.config.kv_cache_dtype}: "
               f"{engine.cache_bytes_per_token:,} B/token; weights {engine.config.resolved_weight_format()}{decode})",

@@ -45,3 +45,14 @@ def test_engine_throughput_quick(capsys):
     for line in lines:
         assert line["engine_tok_s"] > 0 and line["transformers_tok_s"] > 0 and line["ratio"] > 0
         assert line["matmul_floor_ms_per_step"]["engine"] > 0 and line["ceiling_decode_ratio"] > 0
+
+
+def test_overlap_schedule_quick(capsys):
+    assert _load("overlap_schedule").main(["--quick"]) == 0
+    (line,) = _json_lines(capsys.readouterr().out)
+    assert line["overlapped_steps"] > 0  # (the greedy tokens of both engines were asserted equal)
+    assert line["serial_decode_tok_s"] > 0 and line["overlap_decode_tok_s"] > 0 and line["decode_ratio"] > 0
+    for side in ("serial", "overlap"):
+        step = line["per_step"][side]
+        assert step["forward_ms"] > 0 and step["engine_thread_ms"] > 0 and step["step_ms"] > 0
+        assert step["exposed_host_ms"] >= 0

@@ -58,6 +58,15 @@ def test_graphs_generate_what_eager_steps_generate(share_checkpoint, k):
         assert graphs.steps["mtp"] > 0 and graphs.compilers["mtp"].calls > 0
         assert sum(r.usage.spec_draft_tokens for r in got) > 0
         assert {s.reuse for s in graphs.signatures} == {False, True}  # drafts 2..k reuse a selection
+    else:  # overlap scheduling (the CUDA default) on the same graphs: future ids resolved in the
+        # staged buffers (and, for batches of one, which run eagerly here, in the general batch)
+        from inference.engine.overlap import OverlapScheduler
+
+        eng.clear_cache()
+        eng.overlap = OverlapScheduler(eng)
+        before = graphs.compilers["target"].calls
+        assert [r.token_ids for r in _waves(eng)] == [r.token_ids for r in eager]
+        assert eng.overlap.steps["chained"] > 10 and graphs.compilers["target"].calls > before
 
 
 def test_graph_settings_are_validated_at_the_edge():

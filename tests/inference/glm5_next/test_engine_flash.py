@@ -97,3 +97,9 @@ def test_unsupported_engine_options_are_refused_by_name(ckpt):
         _engine(ckpt, num_speculative_tokens=1)
     with pytest.raises(ValueError, match="kv_cache_dtype"):
         _engine(ckpt, kv_cache_dtype="fp8")
+
+
+def test_overlap_scheduling_is_refused_by_name_and_off_by_default(ckpt):
+    with pytest.raises(ValueError, match="overlap_schedule=True: GLM-5.3-Flash checkpoints step serially"):
+        _engine(ckpt, overlap_schedule=True)
+    assert _engine(ckpt).overlap is None
