@@ -16,26 +16,20 @@ from typing import Callable, Iterable, Optional
 import torch
 
 from inference.engine.engine_config import EngineConfig
-from inference.engine.host_tier import HostTier
-from inference.engine.model_runner import ModelRunner
+from inference.engine.glm5_parts import build_glm5_parts
 from inference.engine.multimodal import check_request_images
 from inference.engine.output_processor import StopChecker, process_outputs
 from inference.engine.overlap import overlap_scheduler
-from inference.engine.page_allocator import PageAllocator
 from inference.engine.pool_stats import count_hits, new_hits, pool_stats
-from inference.engine.radix_cache import RadixCache
 from inference.engine.reasoning_budget import make_reasoning_state
 from inference.engine.request import EngineError, GenerateRequest, GenerateResult, StreamDelta, Usage
 from inference.engine.request_handle import RequestHandle
-from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import Sequence, Status
-from inference.engine.speculative import CatchUp, MtpDrafter
+from inference.engine.speculative import CatchUp
 from inference.engine.think_tokens import think_token_ids
+from inference.glm5_next.describe import is_flash_checkpoint
 from inference.grammar.runtime import GrammarError, LazyGrammarRuntime
 from inference.grammar.spec import GrammarSpec
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
 
 class Engine:
     def __init__(self, checkpoint_path: str | Path, config: EngineConfig,
@@ -57,77 +51,14 @@ class Engine:
             raise
 
     def _build(self, checkpoint_path, config: EngineConfig, detokenize, clock) -> None:
-        from inference.glm5_next.describe import is_flash_checkpoint
-        from inference.loader import load_model
-        from inference.kv_cache import PagedKVCache, kv_bytes_per_token
-
         self.vision = None  # image inputs (glm5_next/image_inputs.py) on checkpoints with a vision tower
         if is_flash_checkpoint(Path(checkpoint_path)):  # GLM-5.3-Flash: its own model, cache and runner
             from inference.glm5_next.engine_runner import build_flash_parts
 
             build_flash_parts(self, checkpoint_path, config, clock)
             return self._build_common(checkpoint_path, config, detokenize, flash=True)
-
-        device = config.device if self.ranks is None else self.ranks.device
-        parallel = None if self.ranks is None else self.ranks.state
-        # The MTP layer (weights and its KV pages) is only loaded when it drafts.
-        self.model = load_model(checkpoint_path, dtype=_DTYPES[config.dtype], device=device, parallel=parallel,
-                                latent_norm_eps=config.latent_norm_eps, mtp=config.num_speculative_tokens > 0,
-                                weight_format=config.resolved_weight_format())
-        self.model_config = self.model.config
-        ps = config.page_size
-        kv_dtype = config.kv_cache_dtype
-        self.cache_bytes_per_token = kv_bytes_per_token(self.model_config, self.model.dtype, kv_dtype)
-        self.num_device_pages = config.device_pages(self.cache_bytes_per_token)
-        # Decode graphs pad batches with rows that write into one scratch page past the allocator's.
-        graphs = config.resolved_decode_graphs() and self.model.parallel.dp is None
-        self.kv_cache = self.model.new_cache(self.num_device_pages + graphs, ps, kv_dtype)
-        host_pages = config.host_pages()
-        # The host tier holds the same bytes as the device pages (FP8 stays FP8: spill and restore
-        # are plain copies, never a requantization).
-        host_cache = PagedKVCache(self.model_config, host_pages, ps, self.model.dtype, "cpu", kv_dtype) if host_pages else None
-        if host_cache is not None and self.kv_cache.device.type == "cuda":
-            # Pinned host pages let the spill/restore copies run as DMA at full link bandwidth.
-            host_cache.latent = [t.pin_memory() for t in host_cache.latent]
-            host_cache.indexer = {k: t.pin_memory() for k, t in host_cache.indexer.items()}
-        self.allocator = PageAllocator(self.num_device_pages)
-        self.host = HostTier(host_pages, self.kv_cache, host_cache)
-        self.prefix_cache = RadixCache(ps, self.allocator, self.host, clock=clock, enabled=config.enable_prefix_cache,
-                                       copy_page=self._copy_page)
-        self.scheduler = Scheduler(config, self.prefix_cache, self.allocator)
-        if self.ranks is None:
-            self.runner = ModelRunner(self.model, self.kv_cache, ps, fence=self.host.fence, host=self.host)
-        else:
-            from inference.parallel.engine_ranks import leader_runner
-
-            self.runner = leader_runner(self.ranks, self.model, self.kv_cache, ps, self.host,
-                                        config.parallel.heartbeat_s, self._rank_failed)
-        self.host.copier = self.runner.host_copy  # followers mirror every host-tier copy
-        if self.ranks is not None and self.ranks.state.attention_dp:  # one KV pool per rank, this one is rank 0's
-            from inference.parallel.dp_engine import dp_scheduler
-
-            self.scheduler = self.dp = dp_scheduler(self, config, clock)
-        self.max_position = self.model_config.max_position_embeddings
-        # A sequence also ends ("length") when it would no longer fit the KV budget with its drafts.
-        self.max_sequence = min(self.max_position, self.num_device_pages * ps - config.num_speculative_tokens)
-        self.drafter = (MtpDrafter(self.runner, config.num_speculative_tokens, self.max_sequence, self.scheduler.grow)
-                        if config.num_speculative_tokens > 0 else None)
-        if self.model.parallel.dp is None:
-            self._setup_decode_graphs(graphs)
+        build_glm5_parts(self, checkpoint_path, config, clock)
         self._build_common(checkpoint_path, config, detokenize)
-
-    def _setup_decode_graphs(self, graphs: bool) -> None:
-        """Uniform steps (decode, MTP verification and drafts) through fixed buffers: as graphs
-        when on, captured or compiled now on padding rows (no request waits for them), else
-        eagerly (decode_graphs.py)."""
-        from inference.engine.decode_graphs import GraphSettings
-
-        config = self.config
-        mode = "eager" if not graphs else ("cuda_graphs" if self.kv_cache.device.type == "cuda" else "compile")
-        max_batch = min(config.graph_max_batch, config.max_running) if graphs else config.max_running
-        settings = GraphSettings.build(self.model_config, mode, max_batch, self.max_sequence, config.page_size,
-                                       config.num_speculative_tokens, self.num_device_pages if graphs else None)
-        self.runner.setup_decode_graphs(settings)
 
     def _build_common(self, checkpoint_path, config: EngineConfig, detokenize, flash: bool = False) -> None:
         start_id, end_id = think_token_ids(Path(checkpoint_path))
