@@ -36,17 +36,39 @@ T0=$(date +%s)
 RESULTS="${OUT:-$(mktemp -d)}"
 mkdir -p "$RESULTS"
 STAGES=()
+NAMES=()
+LANES=1  # stages at once: one on the GPU (each stage's timings need the device to itself)
 
 stage() {  # stage NAME TIMEOUT_S COMMAND...
+  local name=$1
+  NAMES+=("$name")
+  if [ "$LANES" -gt 1 ]; then
+    while [ "$(jobs -rp | wc -l)" -ge "$LANES" ]; do wait -n; done
+    run_stage "$@" &
+  else
+    echo "=== $name (limit ${2}s): ${*:3}"  # before it runs: on the GPU one watches the stages go by
+    run_stage "$@"
+    report_stage "$name"
+  fi
+}
+
+run_stage() {  # the stage's log, then NAME:RC:SECONDS in $RESULTS/NAME.stage
   local name=$1 limit=$2 t0 rc
   shift 2
-  echo "=== $name (limit ${limit}s): $*"
   t0=$(date +%s)
+  echo "=== $name (limit ${limit}s): $*" > "$RESULTS/$name.head"
   timeout "$limit" "$@" > "$RESULTS/$name.log" 2>&1
   rc=$?
+  echo "$name:$rc:$(( $(date +%s) - t0 ))" > "$RESULTS/$name.stage"
+}
+
+report_stage() {  # printed in the stages' order, whichever finished first
+  local name=$1 rc
+  [ "$LANES" -gt 1 ] && cat "$RESULTS/$name.head"
   tail -n 25 "$RESULTS/$name.log"
-  [ $rc -ne 0 ] && echo "!!! $name failed (rc=$rc; 124 = over its time limit); going on"
-  STAGES+=("$name:$rc:$(( $(date +%s) - t0 ))")
+  rc=$(cut -d: -f2 "$RESULTS/$name.stage")
+  [ "$rc" -ne 0 ] && echo "!!! $name failed (rc=$rc; 124 = over its time limit); going on"
+  STAGES+=("$(cat "$RESULTS/$name.stage")")
 }
 
 server_deps() {  # the engine stage's imports; installed offline from .whl/ when missing
@@ -69,6 +91,12 @@ if [ $DRY -eq 1 ]; then
   KERNELS=(--only mla_prefill)
   DECODE=(--dry-run)
   ENGINE=(--dry-run)
+  # NOTE: the dry-run stages are independent CPU jobs, each mostly one thread of Python (its own
+  # torch import, a tiny model): two at a time, so a two-core machine does not leave one core idle.
+  LANES=2
+  # One intra-op thread each: at these sizes torch's OpenMP threads only spin against each other
+  # (glm53_forward --dry-run: 5 s with one thread, 15 s with two, on a loaded two-core machine).
+  export OMP_NUM_THREADS=1
 else
   L_TESTS=70 L_KERNELS=40 L_DECODE=50 L_ENGINE=120 L_EXT=120
   "$PY" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
@@ -100,6 +128,10 @@ if [ $EXTENDED -eq 1 ]; then
   fi
 fi
 
+if [ "$LANES" -gt 1 ]; then
+  wait
+  for name in "${NAMES[@]}"; do report_stage "$name"; done
+fi
 "$PY" benchmarks/gpu_check_summary.py "$RESULTS" "${STAGES[@]}"
 rc=$?
 echo "gpu_check: $(( $(date +%s) - T0 )) s in all; logs and JSON in $RESULTS"

@@ -6,6 +6,10 @@ import pytest
 import torch
 
 from kernels.backend import interpreter_ready
+from tests.kernels.triton_kernels import interpreter_xor
+
+if interpreter_ready():
+    interpreter_xor.install()
 
 
 @pytest.fixture(scope="session")
