@@ -40,6 +40,7 @@ def register(subparsers) -> None:
     p.add_argument("--graph-max-batch", type=int, default=None, help="largest decode batch served by a graph (64)")
     p.add_argument("--kv-budget-tokens", type=int, default=None,
                    help="device KV cache size in tokens (default: the model's context, at most 65536 tokens / 8 GiB)")
+    p.add_argument("--page-size", type=int, default=None, help="tokens per KV cache page (64)")
     p.add_argument("--host-budget-tokens", type=int, default=0, help="host-memory KV tier in tokens (0: off)")
     p.add_argument("--max-running", type=int, default=64, help="requests decoded together")
     p.add_argument("--session-ttl", type=float, default=300.0, help="seconds a session's cache is protected")
@@ -96,7 +97,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         config = default_engine_config(
             args.model, device=args.device, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype,
-            kv_budget_tokens=args.kv_budget_tokens,
+            kv_budget_tokens=args.kv_budget_tokens, page_size=args.page_size,
             host_budget_tokens=args.host_budget_tokens, max_running=args.max_running,
             session_ttl_s=args.session_ttl, num_speculative_tokens=args.speculative_tokens,
             decode_graphs=args.decode_graphs, graph_max_batch=args.graph_max_batch, parallel=parallel,
