@@ -6,6 +6,7 @@ offline substitute; grading is compared with swebench's own functions and its ow
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -131,10 +132,13 @@ def test_both_graders_agree_on_the_same_predictions(oracle, tasks, instances, tm
 
     monkeypatch.chdir(tmp_path)  # swebench writes logs/ and its report under the working directory
     specs = [_spec(tasks[iid]) for iid in sorted(preds)]
+    # swebench names its containers sweb.eval.<instance>.<run_id>: a run id of this test's own, so a
+    # container left by an interrupted earlier run cannot collide with this one.
+    run_id = f"cross-{uuid.uuid4().hex[:8]}"
     run_instances(preds, specs, cache_level="instance", clean=False, force_rebuild=False, max_workers=2,
-                  run_id="cross", timeout=600, namespace=None, instance_image_tag="horizon-offline",
+                  run_id=run_id, timeout=600, namespace=None, instance_image_tag="horizon-offline",
                   env_image_tag="horizon-offline")
-    theirs = json.loads(Path(make_run_report(preds, [{"instance_id": i} for i in preds], "cross")).read_text())
+    theirs = json.loads(Path(make_run_report(preds, [{"instance_id": i} for i in preds], run_id)).read_text())
 
     assert theirs["resolved_ids"] == our_report["resolved_ids"] == ["psf__requests-2"]
     assert theirs["unresolved_ids"] == our_report["unresolved_ids"] == ["django__django-1", "psf__requests-1"]
@@ -142,7 +146,7 @@ def test_both_graders_agree_on_the_same_predictions(oracle, tasks, instances, tm
     assert ours["django__django-1"].status == "failed"  # the gold patch resolves it here: the agent's miss
     for iid in preds:
         mine = json.loads((tmp_path / "ours" / "trials" / iid / "attempt-0" / "report.json").read_text())
-        official = json.loads((tmp_path / "logs" / "run_evaluation" / "cross" / "some__model" / iid / "report.json").read_text())
+        official = json.loads((tmp_path / "logs" / "run_evaluation" / run_id / "some__model" / iid / "report.json").read_text())
         assert mine == official, iid
     lines = [json.loads(l) for l in (tmp_path / "ours" / "predictions.jsonl").read_text().splitlines()]
     assert {p["instance_id"]: (p["model_name_or_path"], p["model_patch"]) for p in lines} == \
