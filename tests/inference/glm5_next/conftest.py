@@ -22,13 +22,6 @@ def hf_flash(tmp_path):
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """These tiny models are overhead-bound: on a shared CPU, a second intra-op thread only adds
-    contention (measured 20x slower forwards under load). Module scope: it also covers the
-    module-scoped model fixtures. Restored afterwards."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_torch_thread(one_torch_thread):
+    """Every Flash test module runs its tiny models on one thread (tests/conftest.py)."""
     yield
-    torch.set_num_threads(before)

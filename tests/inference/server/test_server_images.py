@@ -37,13 +37,8 @@ def _png(seed: int, size=(70, 50), noise: bool = True) -> tuple[object, str, str
     return image, data, "data:image/png;base64," + data
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Tiny models are overhead-bound: a second intra-op thread only adds contention on a shared CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Tiny models: one intra-op thread for the whole module (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
