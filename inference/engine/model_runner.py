@@ -170,7 +170,10 @@ class ModelRunner:
     def _target(self, cmd: TargetStep):
         self.fence()
         out = None
-        future = self.sampled_tokens if any(t < 0 for ids in cmd.tokens for t in ids) else None
+        # Future ids only ever stand alone (a decode row's one token) and only after an overlapped
+        # step: a check per sequence, not per token, and none in other engines.
+        future = self.sampled_tokens if self.sampled_tokens is not None and \
+            any(len(ids) == 1 and ids[0] < 0 for ids in cmd.tokens) else None
         if self.graphs is not None:
             out = self.graphs.target(cmd.tokens, cmd.starts, cmd.pages, len(cmd.logit_rows), cmd.want_hidden,
                                      future=future)
