@@ -101,6 +101,10 @@ class EngineConfig(BaseModel):
         if self.compile_decode and self.decode_graphs is False:
             raise ValueError("compile_decode=True and decode_graphs=False contradict each other "
                              "(compile_decode is the earlier name of decode_graphs=True)")
+        if (self.decode_graphs or self.compile_decode) and self.parallel.attention_dp:
+            raise ValueError("decode_graphs=True with parallel.attention_dp=True: DP attention steps through the "
+                             "general forward (each step's token exchange is sized on the host); set "
+                             "decode_graphs to False or None")
         return self
 
     @model_validator(mode="after")
@@ -127,6 +131,8 @@ class EngineConfig(BaseModel):
             return True
         if self.decode_graphs is not None:
             return self.decode_graphs
+        if self.parallel.attention_dp:
+            return False  # (refused when asked for explicitly, above)
         return self.device.startswith("cuda") and (self.parallel.world == 1 or self.parallel.backend != "gloo")
 
     def resolved_weight_format(self) -> str:

@@ -79,3 +79,7 @@ def test_graph_settings_are_validated_at_the_edge():
     assert EngineConfig(kv_budget_tokens=64, compile_decode=True).resolved_decode_graphs()  # the earlier name
     gloo = EngineConfig(kv_budget_tokens=64, device="cuda", parallel=dict(tensor_parallel_size=2, backend="gloo"))
     assert not gloo.resolved_decode_graphs()  # gloo collectives cannot be captured
+    dp = dict(tensor_parallel_size=2, attention_dp=True, backend="nccl")
+    assert not EngineConfig(kv_budget_tokens=64, device="cuda", parallel=dp).resolved_decode_graphs()
+    with pytest.raises(ValueError, match="attention_dp"):  # asked for by name: refused, not dropped silently
+        EngineConfig(kv_budget_tokens=64, device="cuda", decode_graphs=True, parallel=dp)
